@@ -1,0 +1,28 @@
+# Two entry points: `make demo` runs the main job, `make test` the whole test suite.
+# Each creates the virtual environment .venv and installs the project into it when needed.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test bench lint verilog waves clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/tpuer demo
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(BIN)/tpuer bench
+
+lint: $(VENV)/.installed
+	$(BIN)/tpuer lint
+
+clean:
+	rm -rf build

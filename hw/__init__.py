@@ -1,0 +1,13 @@
+"""Amaranth RTL of the TPU: one block per module."""
+
+from .pe import ProcessingElement
+from .systolic_array import SystolicArray
+from .data_setup import DiagonalSkew
+from .weight_fifo import WeightFIFO
+from .matrix_unit import MatrixUnit
+from .unified_buffer import UnifiedBuffer
+from .accumulators import AccumulatorMemory
+from .activation import ActivationUnit
+
+__all__ = ["ProcessingElement", "SystolicArray", "DiagonalSkew", "WeightFIFO", "MatrixUnit",
+           "UnifiedBuffer", "AccumulatorMemory", "ActivationUnit"]

@@ -1,0 +1,113 @@
+"""Accumulator memory: int32 result rows that a write either overwrites or adds to."""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from .arith import saturate
+
+__all__ = ["AccumulatorMemory"]
+
+
+class AccumulatorMemory(wiring.Component):
+    """``cfg.acc_depth`` rows of ``cfg.cols`` accumulator words.
+
+    A write with ``write_accumulate`` low stores its row; with it high it adds the row to the
+    stored one, lane by lane, so a product whose K is larger than the array is summed over
+    several tiles. Additions **saturate**: a sum above the largest accumulator word stores
+    the largest, one below the smallest stores the smallest, and ``overflow`` is high for a
+    cycle. Saturation is the chosen overflow behaviour everywhere (the golden model does the
+    same), because a clipped result is closer to the true one than a wrapped one.
+
+    Back-to-back writes to the same row are safe: the read-modify-write sees the row that
+    the write before it produced. An address at or past ``cfg.acc_depth`` is never written;
+    ``range_error`` pulses instead, and such a read returns zeros.
+
+    Members
+    -------
+    write_addr, write_data, write_accumulate, write_en : In
+        One write per cycle, always accepted.
+    read_addr, read_en : In
+        Read request.
+    read_data : Out(ArrayLayout(acc, cols))
+        The row requested in the previous cycle.
+    overflow : Out(1)
+        High in the cycle a write commits (one cycle after its request) when it saturated
+        in at least one lane.
+    range_error : Out(1)
+        An out-of-range address was presented with its enable in the previous cycle.
+
+    Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + 1``; a read
+    requested in cycle ``t + 1`` or later returns it (1 cycle read latency).
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        self.row_layout = data.ArrayLayout(cfg.acc_shape, cfg.cols)
+        super().__init__({
+            "write_addr": In(cfg.acc_addr_width),
+            "write_data": In(self.row_layout),
+            "write_accumulate": In(1),
+            "write_en": In(1),
+            "read_addr": In(cfg.acc_addr_width),
+            "read_en": In(1),
+            "read_data": Out(self.row_layout),
+            "overflow": Out(1),
+            "range_error": Out(1),
+        })
+
+    @property
+    def depth(self):
+        return self._cfg.acc_depth
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        m.submodules.storage = storage = memory.Memory(
+            shape=self.row_layout, depth=cfg.acc_depth, init=[])
+        commit = storage.write_port()
+        # Transparent, so a write committed in the same cycle is seen by the next one.
+        old = storage.read_port(transparent_for=[commit])
+        read = storage.read_port(transparent_for=[commit])
+
+        # Stage 0: read the row the write may add to.
+        write_ok = self.write_addr < cfg.acc_depth
+        m.d.comb += [old.addr.eq(self.write_addr), old.en.eq(self.write_en)]
+        pending = Signal()
+        pending_addr = Signal.like(self.write_addr)
+        pending_data = Signal(self.row_layout)
+        pending_accumulate = Signal()
+        m.d.sync += [
+            pending.eq(self.write_en & write_ok),
+            pending_addr.eq(self.write_addr),
+            pending_data.eq(self.write_data),
+            pending_accumulate.eq(self.write_accumulate),
+        ]
+
+        # Stage 1: add (saturating) or overwrite, and commit.
+        new_row = Signal(self.row_layout)
+        clipped = Signal(cfg.cols)
+        for lane in range(cfg.cols):
+            total, lane_clipped = saturate(old.data[lane] + pending_data[lane], cfg.acc_shape)
+            m.d.comb += [
+                new_row[lane].eq(Mux(pending_accumulate, total, pending_data[lane])),
+                clipped[lane].eq(pending_accumulate & lane_clipped),
+            ]
+        m.d.comb += [
+            commit.addr.eq(pending_addr),
+            commit.data.eq(new_row),
+            commit.en.eq(pending),
+            self.overflow.eq(pending & clipped.any()),
+        ]
+
+        read_ok = self.read_addr < cfg.acc_depth
+        read_was_bad = Signal()
+        with m.If(self.read_en):
+            m.d.sync += read_was_bad.eq(~read_ok)
+        m.d.comb += [
+            read.addr.eq(self.read_addr),
+            read.en.eq(self.read_en & read_ok),
+            self.read_data.eq(Mux(read_was_bad, 0, read.data.as_value())),
+        ]
+        m.d.sync += self.range_error.eq((self.read_en & ~read_ok) | (self.write_en & ~write_ok))
+        return m

@@ -1,0 +1,26 @@
+"""Verilog export of any block, with its ports named after its wiring signature."""
+
+from amaranth.back import verilog
+from amaranth.hdl import Signal
+
+__all__ = ["port_signals", "to_verilog"]
+
+
+def port_signals(component):
+    """The signals of ``component``'s signature, in signature order.
+
+    Constant members (such as the ``ready`` of an ``always_ready`` stream) are not ports and
+    are left out.
+    """
+    signals = []
+    for _path, _member, value in component.signature.flatten(component):
+        value = value.as_value() if hasattr(value, "as_value") else value
+        if isinstance(value, Signal):
+            signals.append(value)
+    return signals
+
+
+def to_verilog(component, *, name="top"):
+    """Verilog text of ``component`` as a module called ``name``."""
+    return verilog.convert(component, name=name, ports=port_signals(component),
+                           emit_src=False)

@@ -1,0 +1,148 @@
+"""The matrix unit: Weight FIFO, weight loader, data setup, systolic array and de-skew."""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .data_setup import DiagonalSkew
+from .systolic_array import SystolicArray
+from .weight_fifo import WeightFIFO
+
+__all__ = ["MatrixUnit"]
+
+
+class MatrixUnit(wiring.Component):
+    """Multiplies a stream of input vectors by weight tiles, one vector per cycle.
+
+    Weight tiles (``cfg.rows`` rows of ``cfg.cols`` weights, row 0 first) are pushed into
+    ``weights``. They queue in the Weight FIFO and are shifted, one row per cycle, into the
+    array's shadow weights as soon as the shadow is free, while the active tile keeps
+    computing.
+
+    Each input vector on ``rows`` is multiplied by the active tile. A vector whose
+    ``new_tile`` flag is set first switches the array to the next tile; the switch travels
+    through the array with that vector's wavefront, so vectors before it still use the old
+    tile and there is no drain and no bubble. If the next tile is not yet fully loaded,
+    ``rows.ready`` stays low and ``weight_stall`` is high until it is. Loading of the tile
+    after that starts in the cycle of the switch, so a tile can be switched in every
+    ``cfg.rows`` cycles: products of at least ``cfg.rows`` vectors per tile never wait for
+    weights once the FIFO is ahead.
+
+    ``tag`` is carried alongside each vector unchanged (for example the accumulator address
+    its result goes to). Results cannot be held back: ``results`` has no ``ready``.
+
+    Members
+    -------
+    weights : In(stream.Signature(ArrayLayout(operand, cols)))
+        Weight rows into the Weight FIFO.
+    rows : In(stream.Signature(StructLayout({"data", "new_tile", "tag"})))
+        Input vectors of ``cfg.rows`` operands.
+    results : Out(stream.Signature(StructLayout({"data", "tag"}), always_ready=True))
+        ``data @ W`` as ``cfg.cols`` accumulator words, in input order.
+    weight_stall : Out(1)
+        A vector is waiting for its weight tile this cycle.
+    tile_ready : Out(1)
+        A complete tile waits in the shadow weights.
+    busy : Out(1)
+        Some accepted vector has not yet left on ``results``.
+
+    Latency: a vector accepted in cycle ``t`` leaves in cycle ``t + latency`` where
+    :attr:`latency` is ``rows + cols``.
+    """
+
+    def __init__(self, cfg, *, tag_shape=unsigned(16)):
+        self._cfg = cfg
+        self._tag_shape = tag_shape
+        self.row_layout = data.StructLayout({
+            "data": data.ArrayLayout(cfg.operand_shape, cfg.rows),
+            "new_tile": 1,
+            "tag": tag_shape,
+        })
+        self.result_layout = data.StructLayout({
+            "data": data.ArrayLayout(cfg.acc_shape, cfg.cols),
+            "tag": tag_shape,
+        })
+        super().__init__({
+            "weights": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.cols))),
+            "rows": In(stream.Signature(self.row_layout)),
+            "results": Out(stream.Signature(self.result_layout, always_ready=True)),
+            "weight_stall": Out(1),
+            "tile_ready": Out(1),
+            "busy": Out(1),
+        })
+
+    @property
+    def config(self):
+        return self._cfg
+
+    @property
+    def latency(self):
+        """Cycles from accepting a vector to its result on ``results``."""
+        return self._cfg.rows + self._cfg.cols
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        m.submodules.weight_fifo = weight_fifo = WeightFIFO(cfg)
+        m.submodules.array = array = SystolicArray(cfg)
+        lane = data.StructLayout({"act": cfg.operand_shape, "switch": 1})
+        m.submodules.skew = skew = DiagonalSkew(lane_shape=lane, lanes=cfg.rows)
+        m.submodules.deskew = deskew = DiagonalSkew(
+            lane_shape=cfg.acc_shape, lanes=cfg.cols, reverse=True)
+
+        wiring.connect(m, wiring.flipped(self.weights), weight_fifo.w)
+
+        # --- weight loader: FIFO -> shadow weights, one row per cycle ---------------------
+        tile_ready = Signal()       # all rows of the next tile are in the shadow weights
+        load_index = Signal(range(cfg.rows))
+        switch = Signal()           # the vector accepted this cycle switches tiles
+        may_load = ~tile_ready | switch
+        loading = Signal()
+        m.d.comb += [
+            loading.eq(weight_fifo.r.valid & may_load),
+            weight_fifo.r.ready.eq(may_load),
+            array.weight_row.eq(weight_fifo.r.payload),
+            array.weight_index.eq(load_index),
+            array.weight_valid.eq(loading),
+        ]
+        last_row = loading & (load_index == cfg.rows - 1)
+        with m.If(loading):
+            m.d.sync += load_index.eq(Mux(load_index == cfg.rows - 1, 0, load_index + 1))
+        m.d.sync += tile_ready.eq(last_row | (tile_ready & ~switch))
+
+        # --- input stage: accept, register, skew ------------------------------------------
+        m.d.comb += [
+            self.rows.ready.eq(~self.rows.payload.new_tile | tile_ready),
+            switch.eq(self.rows.valid & self.rows.ready & self.rows.payload.new_tile),
+            self.weight_stall.eq(self.rows.valid & self.rows.payload.new_tile & ~tile_ready),
+            self.tile_ready.eq(tile_ready),
+        ]
+        held = Signal(self.row_layout)
+        held_valid = Signal()
+        m.d.sync += held_valid.eq(self.rows.valid & self.rows.ready)
+        with m.If(self.rows.valid & self.rows.ready):
+            m.d.sync += held.eq(self.rows.payload)
+        for i in range(cfg.rows):
+            # The held vector enters the array in the cycle its successor is accepted, so a
+            # switch raised now takes effect exactly between the two.
+            m.d.comb += [skew.i[i].act.eq(held.data[i]), skew.i[i].switch.eq(switch),
+                         array.act_in[i].eq(skew.o[i].act),
+                         array.switch_in[i].eq(skew.o[i].switch)]
+        m.d.comb += deskew.i.eq(array.psum_out)
+
+        # --- sideband: valid and tag travel beside the wavefront --------------------------
+        valid, tag = held_valid, held.tag
+        in_flight = [held_valid]
+        for stage in range(cfg.rows + cfg.cols - 1):
+            next_valid = Signal(name=f"valid_d{stage + 1}")
+            next_tag = Signal(self._tag_shape, name=f"tag_d{stage + 1}")
+            m.d.sync += [next_valid.eq(valid), next_tag.eq(tag)]
+            valid, tag = next_valid, next_tag
+            in_flight.append(valid)
+        m.d.comb += [
+            self.results.valid.eq(valid),
+            self.results.payload.data.eq(deskew.o),
+            self.results.payload.tag.eq(tag),
+            self.busy.eq(Cat(*in_flight).any()),
+        ]
+        return m

@@ -1,0 +1,63 @@
+"""Weight-stationary processing element with a double-buffered weight."""
+
+from amaranth.hdl import Module, Shape, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["ProcessingElement"]
+
+
+class ProcessingElement(wiring.Component):
+    """One multiply-accumulate cell of the systolic array.
+
+    Every cycle the cell adds ``act_in * weight`` to ``psum_in`` and passes the sum down
+    (``psum_out``) and the activation right (``act_out``), each through one register.
+
+    The weight is double-buffered: ``weight_in`` is written into the *shadow* weight when
+    ``weight_load`` is high, while the *active* weight keeps computing. ``switch_in`` travels
+    right with the activations; it means "after this cycle, use the shadow weight": the cell
+    copies shadow into active at the end of the cycle in which it sees the flag, so the
+    product of that cycle still uses the old weight. Loading and switching in the same cycle
+    is allowed (the switch takes the old shadow, the load writes the new one).
+
+    Parameters
+    ----------
+    operand_shape : Shape
+        Shape of activations and weights (``signed(8)``).
+    acc_shape : Shape
+        Shape of partial sums (``signed(32)``). Sums wrap on overflow; the configuration
+        sizes it so that they cannot overflow.
+
+    Latency: 1 cycle from ``act_in``/``switch_in`` to ``act_out``/``switch_out`` and from
+    ``psum_in`` to ``psum_out``.
+    """
+
+    def __init__(self, *, operand_shape, acc_shape):
+        self._operand_shape = Shape.cast(operand_shape)
+        self._acc_shape = Shape.cast(acc_shape)
+        super().__init__({
+            "act_in": In(self._operand_shape),
+            "switch_in": In(1),
+            "psum_in": In(self._acc_shape),
+            "weight_in": In(self._operand_shape),
+            "weight_load": In(1),
+            "act_out": Out(self._operand_shape),
+            "switch_out": Out(1),
+            "psum_out": Out(self._acc_shape),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        active = Signal(self._operand_shape)
+        shadow = Signal(self._operand_shape)
+
+        m.d.sync += [
+            self.act_out.eq(self.act_in),
+            self.switch_out.eq(self.switch_in),
+            self.psum_out.eq(self.psum_in + self.act_in * active),
+        ]
+        with m.If(self.switch_in):
+            m.d.sync += active.eq(shadow)
+        with m.If(self.weight_load):
+            m.d.sync += shadow.eq(self.weight_in)
+        return m

@@ -1,0 +1,76 @@
+"""The Unified Buffer: on-chip memory of int8 activation rows."""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["UnifiedBuffer"]
+
+
+class UnifiedBuffer(wiring.Component):
+    """``cfg.ub_depth`` rows of ``cfg.ub_lanes`` operands, one read and one write port, so the
+    matrix unit can be fed while activated results are written back.
+
+    Writes take a per-lane mask, so a result vector narrower than a row (``cols <
+    ub_lanes``) leaves the other lanes alone. An address at or past ``cfg.ub_depth`` is never
+    written; ``range_error`` goes high for one cycle when either port is given one, and such
+    a read returns zeros.
+
+    Members
+    -------
+    read_addr, read_en : In
+        Read request.
+    read_data : Out(ArrayLayout(operand, ub_lanes))
+        The row requested in the previous cycle (held while ``read_en`` is low).
+    write_addr, write_data, write_mask, write_en : In
+        Write request; lane ``k`` is written when bit ``k`` of ``write_mask`` is set.
+    range_error : Out(1)
+        An out-of-range address was presented with its enable in the previous cycle.
+
+    Latency: a read returns data 1 cycle after its request. A write requested in cycle ``t``
+    is seen by a read requested in cycle ``t + 1`` or later.
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        self.row_layout = data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes)
+        super().__init__({
+            "read_addr": In(cfg.ub_addr_width),
+            "read_en": In(1),
+            "read_data": Out(self.row_layout),
+            "write_addr": In(cfg.ub_addr_width),
+            "write_data": In(self.row_layout),
+            "write_mask": In(cfg.ub_lanes),
+            "write_en": In(1),
+            "range_error": Out(1),
+        })
+
+    @property
+    def depth(self):
+        return self._cfg.ub_depth
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        m.submodules.storage = storage = memory.Memory(
+            shape=self.row_layout, depth=cfg.ub_depth, init=[])
+        write = storage.write_port(granularity=1)
+        read = storage.read_port()
+
+        read_ok = self.read_addr < cfg.ub_depth
+        write_ok = self.write_addr < cfg.ub_depth
+        read_was_bad = Signal()
+        with m.If(self.read_en):
+            m.d.sync += read_was_bad.eq(~read_ok)
+        m.d.comb += [
+            read.addr.eq(self.read_addr),
+            read.en.eq(self.read_en & read_ok),
+            self.read_data.eq(read.data),
+            write.addr.eq(self.write_addr),
+            write.data.eq(self.write_data),
+            write.en.eq(self.write_mask & (self.write_en & write_ok).replicate(cfg.ub_lanes)),
+        ]
+        with m.If(read_was_bad):
+            m.d.comb += self.read_data.eq(0)
+        m.d.sync += self.range_error.eq((self.read_en & ~read_ok) | (self.write_en & ~write_ok))
+        return m

@@ -1,0 +1,1 @@
+"""Golden models (bit-exact NumPy references of every block) and simulator back ends."""

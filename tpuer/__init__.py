@@ -1,0 +1,10 @@
+"""tpuer: a small, readable Tensor Processing Unit in Amaranth HDL.
+
+Subpackages: ``tpuer.hw`` (RTL), ``tpuer.sim`` (golden models, simulator back ends),
+``tpuer.tb`` (cocotb testbenches), ``tpuer.fpga`` (boards).
+"""
+
+from .config import Config, ConfigError
+
+__all__ = ["Config", "ConfigError"]
+__version__ = "0.1.0"

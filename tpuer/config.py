@@ -1,0 +1,157 @@
+"""The one definition of every TPU parameter and number format.
+
+The RTL (``tpuer.hw``), the golden models (``tpuer.sim``), the testbenches (``tpuer.tb``)
+and the command line all take a :class:`Config`; nothing restates a width or a depth.
+"""
+
+from dataclasses import dataclass, fields
+
+from amaranth.hdl import signed, unsigned
+from amaranth.utils import ceil_log2
+
+__all__ = ["Config", "ConfigError"]
+
+
+class ConfigError(ValueError):
+    """A configuration value is out of range or of the wrong type."""
+
+
+def _check_int(name, value, low, high):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, not {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, not {value}")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Parameters of one TPU instance.
+
+    Parameters
+    ----------
+    rows : int
+        Rows of the systolic array: the length of an input vector (the K dimension of a
+        tile). 1 to 256.
+    cols : int
+        Columns of the systolic array: the length of a result vector (the N dimension of a
+        tile). 1 to 256.
+    operand_width : int
+        Bits of a signed activation or weight (8 for int8). 2 to 16.
+    acc_width : int
+        Bits of a signed partial sum and accumulator word (32 for int32). At least
+        ``2 * operand_width + ceil(log2(rows))``, so that no partial sum inside the array can
+        overflow, and at most 32.
+    ub_depth : int
+        Rows of the Unified Buffer. 2 to 65536.
+    acc_depth : int
+        Rows of the accumulator memory. 2 to 65536.
+    weight_fifo_tiles : int
+        Depth of the Weight FIFO in whole weight tiles (``rows`` rows each). 1 to 64.
+
+    Raises
+    ------
+    ConfigError
+        When a value has the wrong type or is out of range; the message names it.
+    """
+
+    rows: int = 8
+    cols: int = 8
+    operand_width: int = 8
+    acc_width: int = 32
+    ub_depth: int = 256
+    acc_depth: int = 256
+    weight_fifo_tiles: int = 4
+
+    def __post_init__(self):
+        _check_int("rows", self.rows, 1, 256)
+        _check_int("cols", self.cols, 1, 256)
+        _check_int("operand_width", self.operand_width, 2, 16)
+        _check_int("acc_width", self.acc_width, 2, 32)
+        needed = 2 * self.operand_width + ceil_log2(self.rows)
+        if self.acc_width < needed:
+            raise ConfigError(
+                f"acc_width must be at least 2 * operand_width + ceil(log2(rows)) = {needed} "
+                f"so that a column of {self.rows} products cannot overflow, not {self.acc_width}")
+        _check_int("ub_depth", self.ub_depth, 2, 65536)
+        _check_int("acc_depth", self.acc_depth, 2, 65536)
+        _check_int("weight_fifo_tiles", self.weight_fifo_tiles, 1, 64)
+
+    # --- number formats ---------------------------------------------------------------------
+
+    @property
+    def operand_shape(self):
+        """Shape of an activation or a weight: ``signed(operand_width)``."""
+        return signed(self.operand_width)
+
+    @property
+    def acc_shape(self):
+        """Shape of a partial sum or an accumulator word: ``signed(acc_width)``."""
+        return signed(self.acc_width)
+
+    @property
+    def operand_min(self):
+        return -(1 << (self.operand_width - 1))
+
+    @property
+    def operand_max(self):
+        return (1 << (self.operand_width - 1)) - 1
+
+    @property
+    def acc_min(self):
+        return -(1 << (self.acc_width - 1))
+
+    @property
+    def acc_max(self):
+        return (1 << (self.acc_width - 1)) - 1
+
+    #: Requantisation multiplier: a signed Q0.31 fixed-point number (gemmlowp convention).
+    multiplier_width = 32
+    #: Largest rounding right shift of the requantisation step.
+    max_shift = 31
+
+    @property
+    def multiplier_shape(self):
+        return signed(self.multiplier_width)
+
+    @property
+    def shift_shape(self):
+        return unsigned(5)
+
+    @property
+    def bias_shape(self):
+        """The bias added before requantisation is an accumulator word."""
+        return self.acc_shape
+
+    # --- derived sizes ----------------------------------------------------------------------
+
+    @property
+    def ub_lanes(self):
+        """int8 lanes in a Unified Buffer row: wide enough for an input vector (``rows``)
+        and for a result vector (``cols``)."""
+        return max(self.rows, self.cols)
+
+    @property
+    def weight_fifo_depth(self):
+        """Weight FIFO depth in weight rows."""
+        return self.weight_fifo_tiles * self.rows
+
+    @property
+    def ub_addr_width(self):
+        return max(1, ceil_log2(self.ub_depth))
+
+    @property
+    def acc_addr_width(self):
+        return max(1, ceil_log2(self.acc_depth))
+
+    @property
+    def name(self):
+        """A short name that identifies this configuration, e.g. ``8x8`` or
+        ``4x8-i8a32-ub256-acc256-wf4``; used for build directories."""
+        base = f"{self.rows}x{self.cols}"
+        if self == Config(rows=self.rows, cols=self.cols):
+            return base
+        return (f"{base}-i{self.operand_width}a{self.acc_width}-ub{self.ub_depth}"
+                f"-acc{self.acc_depth}-wf{self.weight_fifo_tiles}")
+
+    def as_dict(self):
+        return {f.name: getattr(self, f.name) for f in fields(self)}
