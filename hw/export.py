@@ -24,3 +24,29 @@ def to_verilog(component, *, name="top"):
     """Verilog text of ``component`` as a module called ``name``."""
     return verilog.convert(component, name=name, ports=port_signals(component),
                            emit_src=False)
+
+
+def blocks():
+    """The blocks that can be exported or simulated on their own, by name."""
+    from .accumulators import AccumulatorMemory
+    from .activation import ActivationUnit
+    from .matrix_unit import MatrixUnit
+    from .systolic_array import SystolicArray
+    from .unified_buffer import UnifiedBuffer
+    from .weight_fifo import WeightFIFO
+    return {
+        "matrix_unit": MatrixUnit,
+        "systolic_array": SystolicArray,
+        "weight_fifo": WeightFIFO,
+        "unified_buffer": UnifiedBuffer,
+        "accumulators": AccumulatorMemory,
+        "activation": ActivationUnit,
+    }
+
+
+def build_block(name, cfg):
+    """A new instance of block ``name`` for configuration ``cfg``."""
+    table = blocks()
+    if name not in table:
+        raise ValueError(f"unknown block {name!r}; known blocks: {', '.join(table)}")
+    return table[name](cfg)

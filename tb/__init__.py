@@ -1,0 +1,1 @@
+"""cocotb and amaranth.sim testbenches of the TPU blocks, checked against the golden models."""
