@@ -3,7 +3,7 @@
 from amaranth.back import verilog
 from amaranth.hdl import Signal
 
-__all__ = ["port_signals", "to_verilog"]
+__all__ = ["port_signals", "port_map", "to_verilog", "blocks", "build_block"]
 
 
 def port_signals(component):
@@ -12,12 +12,18 @@ def port_signals(component):
     Constant members (such as the ``ready`` of an ``always_ready`` stream) are not ports and
     are left out.
     """
-    signals = []
-    for _path, _member, value in component.signature.flatten(component):
+    return list(port_map(component).values())
+
+
+def port_map(component):
+    """``{verilog_name: signal}`` for the ports of ``component``: the signature path joined
+    with ``__`` (``rows__payload``), as Amaranth names them in Verilog."""
+    ports = {}
+    for path, _member, value in component.signature.flatten(component):
         value = value.as_value() if hasattr(value, "as_value") else value
         if isinstance(value, Signal):
-            signals.append(value)
-    return signals
+            ports["__".join(str(part) for part in path)] = value
+    return ports
 
 
 def to_verilog(component, *, name="top"):

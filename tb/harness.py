@@ -15,7 +15,8 @@ import os
 import random
 from collections import deque
 
-__all__ = ["PysimIO", "CocotbIO", "StreamSource", "StreamSink", "run_cycles", "TestbenchError"]
+__all__ = ["PysimIO", "CocotbIO", "StreamSource", "StreamSink", "run_cycles", "TestbenchError",
+           "reference_instance"]
 
 
 class TestbenchError(AssertionError):
@@ -181,3 +182,10 @@ async def run_cycles(io, agents, *, until, max_cycles, on_cycle=None):
         if until():
             return io.cycle
     raise TestbenchError(f"not finished after {max_cycles} cycles")
+
+
+def reference_instance(component):
+    """Mark ``component`` as made only to read its layouts and latency (it is never
+    simulated itself), so Amaranth does not warn that it went unused."""
+    component._MustUse__silence = True
+    return component

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..hw.matrix_unit import MatrixUnit
 from ..sim.matrix_unit_model import MatrixUnitModel
-from .harness import StreamSink, StreamSource, TestbenchError, run_cycles
+from .harness import StreamSink, StreamSource, TestbenchError, reference_instance, run_cycles
 from .packing import Codec
 
 __all__ = ["check_products", "random_batches", "edge_batches", "BENCHES"]
@@ -51,7 +51,7 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
     With ``expect_back_pressure``, check that the Weight FIFO did push back.
     Returns a dict of measured figures.
     """
-    dut = MatrixUnit(cfg)
+    dut = reference_instance(MatrixUnit(cfg))
     model = MatrixUnitModel(cfg)
     weights, vectors, expected = [], [], []
     lo, hi = cfg.operand_min, cfg.operand_max + 1

@@ -1,0 +1,71 @@
+"""Testbenches of the accumulator memory against :class:`AccumulatorModel`."""
+
+import numpy as np
+
+from ..hw.accumulators import AccumulatorMemory
+from ..sim.accumulator_model import AccumulatorModel
+from .harness import reference_instance
+from .memory_checks import MemoryPorts, check_memory
+from .packing import Codec
+
+__all__ = ["BENCHES"]
+
+
+async def _run(io, cfg, rng, cycles, values, hot_addresses=None):
+    dut = reference_instance(AccumulatorMemory(cfg))
+    model = AccumulatorModel(cfg)
+    top = 1 << cfg.acc_addr_width
+
+    def address():
+        if hot_addresses is not None and rng.random() < 0.8:
+            return int(rng.choice(hot_addresses))
+        return int(rng.integers(0, top))
+
+    schedule = []
+    for _ in range(cycles):
+        read = address() if rng.random() < 0.6 else None
+        write = None
+        if rng.random() < 0.8:
+            write = {"addr": address(), "data": values(), "accumulate": int(rng.random() < 0.7)}
+        schedule.append((read, write))
+
+    # Everything a request in cycle t causes is seen in cycle t + 1: the read data, the
+    # overflow of a write (it commits then) and range_error. A read sees every write
+    # requested in an earlier cycle.
+    expected = []
+    for read, write in schedule:
+        flags = {"overflow": 0, "range_error": 0}
+        data = None
+        if read is not None:
+            data = model.read(read)
+            flags["range_error"] |= int(not model.in_range(read))
+        if write is not None:
+            flags["range_error"] |= int(not model.in_range(write["addr"]))
+            flags["overflow"] = int(model.write(write["addr"], write["data"],
+                                                bool(write["accumulate"])))
+        expected.append((data, flags))
+    ports = MemoryPorts(schedule, {"data": ("data", Codec(dut.row_layout).encode),
+                                   "accumulate": ("accumulate", int)},
+                        flags=("overflow", "range_error"))
+    await check_memory(io, ports, expected, Codec(dut.row_layout).decode,
+                       f"accumulators {cfg.name}")
+
+
+async def bench_random(io, cfg, rng):
+    """Random overwrites and accumulations of full-range words, back-to-back writes to the
+    same rows, out-of-range addresses."""
+    await _run(io, cfg, rng, 400, lambda: rng.integers(cfg.acc_min, cfg.acc_max + 1, cfg.cols,
+                                                        dtype=np.int64),
+               hot_addresses=[0, 1, 2, cfg.acc_depth - 1])
+
+
+async def bench_saturation(io, cfg, rng):
+    """Sums that reach and pass the accumulator's limits, on a few rows: saturation and the
+    overflow flag, lane by lane."""
+    big = cfg.acc_max // 2 + 1
+    choices = np.array([big, -big, cfg.acc_max, cfg.acc_min, 1, -1, 0], dtype=np.int64)
+    await _run(io, cfg, rng, 300, lambda: rng.choice(choices, cfg.cols),
+               hot_addresses=[0, 1])
+
+
+BENCHES = {"random": bench_random, "saturation": bench_saturation}

@@ -1,0 +1,110 @@
+"""Testbenches of the activation / requantisation unit against
+:func:`tpuer.sim.activation_model.requantize`."""
+
+import random
+
+import numpy as np
+
+from ..hw.activation import ActivationUnit
+from ..sim.activation_model import ActivationParams, requantize
+from .harness import StreamSink, StreamSource, TestbenchError, reference_instance, run_cycles
+from .packing import Codec
+
+__all__ = ["BENCHES", "random_params"]
+
+
+def random_params(cfg, rng):
+    """Random but meaningful requantisation parameters: mostly gemmlowp-normalised
+    multipliers in [2**30, 2**31), sometimes any int32."""
+    cols = cfg.cols
+    if rng.random() < 0.7:
+        multiplier = rng.integers(1 << 30, 1 << 31, cols)
+    else:
+        multiplier = rng.integers(-(1 << 31), 1 << 31, cols)
+    bias_span = min(cfg.acc_max, 1 << 20)
+    return ActivationParams(
+        cfg, bias=rng.integers(-bias_span, bias_span + 1, cols), multiplier=multiplier,
+        shift=rng.integers(0, cfg.max_shift + 1, cols),
+        zero_point=int(rng.integers(cfg.operand_min, cfg.operand_max + 1)),
+        relu=bool(rng.random() < 0.5))
+
+
+def _encode_params(dut, params):
+    return Codec(dut.params_layout).encode({
+        "bias": params.bias, "multiplier": params.multiplier, "shift": params.shift,
+        "zero_point": params.zero_point, "relu": int(params.relu)})
+
+
+async def check_batches(io, cfg, batches, *, rng, idle=0.0, stall=0.0, check_latency=False):
+    """Send each (params, accumulator rows) batch, waiting for the pipeline to drain before
+    changing the parameters; compare every output row and tag with the golden model."""
+    dut = reference_instance(ActivationUnit(cfg))
+    in_codec, out_codec = Codec(dut.in_layout), Codec(dut.out_layout)
+    tag = 0
+    for params, rows in batches:
+        expected = requantize(rows, params)
+        io.set("params", _encode_params(dut, params))
+        items = [{"data": row, "tag": (tag + k) % 65536} for k, row in enumerate(rows)]
+        source = StreamSource("i", in_codec, items, idle=idle,
+                              rng=random.Random(int(rng.integers(1 << 31))))
+        sink = StreamSink("o", out_codec, stall=stall,
+                          rng=random.Random(int(rng.integers(1 << 31))))
+        await run_cycles(io, [source, sink], until=lambda: len(sink.items) == len(items),
+                         max_cycles=100 + 20 * len(items))
+        for k, (item, want) in enumerate(zip(sink.items, expected)):
+            if not np.array_equal(item["data"], want) or item["tag"] != items[k]["tag"]:
+                raise TestbenchError(
+                    f"[{io.simulator} activation {cfg.name}] row {k}: acc "
+                    f"{rows[k].tolist()} gave {item['data'].tolist()}, expected "
+                    f"{want.tolist()} (multiplier {params.multiplier.tolist()}, shift "
+                    f"{params.shift.tolist()}, bias {params.bias.tolist()}, zero point "
+                    f"{params.zero_point}, relu {params.relu})")
+        if check_latency:
+            latencies = set(np.array(sink.cycles) - np.array(source.sent_cycles))
+            if latencies != {dut.latency}:
+                raise TestbenchError(f"[{io.simulator} activation {cfg.name}] latency "
+                                     f"{sorted(latencies)}, documented {dut.latency}")
+        if stall and source.waiting_cycles == 0 and len(items) > 8:
+            raise TestbenchError(f"[{io.simulator} activation {cfg.name}] back-pressure on "
+                                 f"the output never reached the input")
+        tag += len(items)
+
+
+def _acc_rows(cfg, rng, count):
+    kind = rng.random()
+    if kind < 0.4:    # typical magnitudes of a layer's sums
+        span = min(cfg.acc_max, 1 << 18)
+        return rng.integers(-span, span + 1, (count, cfg.cols))
+    return rng.integers(cfg.acc_min, cfg.acc_max + 1, (count, cfg.cols), dtype=np.int64)
+
+
+async def bench_random(io, cfg, rng):
+    """Random parameters and accumulator rows, idle input and back-pressured output."""
+    batches = [(random_params(cfg, rng), _acc_rows(cfg, rng, 24)) for _ in range(6)]
+    await check_batches(io, cfg, batches, rng=rng, idle=0.2, stall=0.4)
+
+
+async def bench_edges(io, cfg, rng):
+    """The corners of every step: saturating bias, x = M = INT32_MIN, shifts 0 and 31,
+    zero points -128 and 127, ReLU, ties in rounding."""
+    lo, hi = cfg.acc_min, cfg.acc_max
+    corners = np.array([lo, lo + 1, -1, 0, 1, hi - 1, hi, 1 << 30, -(1 << 30)], np.int64)
+    corners = np.clip(corners, lo, hi)
+    rows = np.array([np.roll(np.resize(corners, cfg.cols), k) for k in range(len(corners))])
+    batches = []
+    for multiplier in (-(1 << 31), (1 << 31) - 1, 1 << 30, 3 << 29):
+        for shift in (0, 1, 31):
+            for zero_point, relu in ((0, False), (cfg.operand_min, True), (cfg.operand_max, True),
+                                     (-3, True)):
+                for bias in (0, hi, lo):
+                    params = ActivationParams(cfg, bias=bias, multiplier=multiplier, shift=shift,
+                                              zero_point=zero_point, relu=relu)
+                    batches.append((params, rows))
+    # Ties: values exactly halfway, after the shift, in both signs.
+    tie_rows = np.array([np.resize(np.array([6, -6, 2, -2, 10, -10]), cfg.cols)])
+    batches.append((ActivationParams(cfg, multiplier=(1 << 31) - 1, shift=2), tie_rows))
+    order = rng.permutation(len(batches))[:48]
+    await check_batches(io, cfg, [batches[k] for k in order], rng=rng, check_latency=True)
+
+
+BENCHES = {"random": bench_random, "edges": bench_edges}
