@@ -12,7 +12,8 @@ class WeightFIFO(wiring.Component):
 
     One row (``cfg.cols`` weights) moves in per cycle when ``w.valid & w.ready`` and out
     when ``r.valid & r.ready``; rows are never dropped or repeated, whatever the
-    back-pressure on either side.
+    back-pressure on either side. ``w.ready`` is high whenever fewer than
+    ``cfg.weight_fifo_depth`` rows are held; the registered read side may hold one more.
 
     Members
     -------
@@ -20,7 +21,7 @@ class WeightFIFO(wiring.Component):
         Rows in; ``w.ready`` is low only when the FIFO is full.
     r : Out(stream.Signature(ArrayLayout(operand, cols)))
         Rows out, in order.
-    level : Out(range(depth + 1))
+    level : Out(range(depth + 2))
         Rows held.
 
     Latency: a row written in cycle ``t`` into an empty FIFO is offered on ``r`` in cycle
@@ -33,19 +34,19 @@ class WeightFIFO(wiring.Component):
         super().__init__({
             "w": In(stream.Signature(row)),
             "r": Out(stream.Signature(row)),
-            "level": Out(range(cfg.weight_fifo_depth + 1)),
+            "level": Out(range(cfg.weight_fifo_depth + 2)),
         })
 
     @property
     def depth(self):
-        """Capacity in rows."""
+        """Rows always accepted (the registered read side may hold one more)."""
         return self._cfg.weight_fifo_depth
 
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(
-            width=cfg.cols * cfg.operand_width, depth=cfg.weight_fifo_depth)
+            width=cfg.cols * cfg.operand_width, depth=cfg.weight_fifo_depth + 1)
         m.d.comb += [
             queue.w_data.eq(self.w.payload),
             queue.w_en.eq(self.w.valid),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..hw.export import build_block, to_verilog
-from ..hw.lint import VERILATOR_WAIVERS
+from ..hw.lint_waivers import VERILATOR_WAIVERS
 
 __all__ = ["SIMULATORS", "SimulatorUnavailable", "Build", "build", "run", "check_simulator",
            "waves_requested", "build_root", "SimulationFailed"]

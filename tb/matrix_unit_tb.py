@@ -41,14 +41,15 @@ def edge_batches(cfg, rng):
 
 async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0,
                          leading_vectors=0, expect_back_to_back=False,
-                         expect_back_pressure=False):
+                         expect_back_pressure=False, collect=None):
     """Stream ``batches`` of (tile, rows) through the matrix unit and compare every result
     row, its tag and its latency with the golden model.
 
     ``leading_vectors`` rows go first without a tile switch (they must give zeros after
     reset). With ``expect_back_to_back``, also check that after the first tile no vector
     waited for weights and the results left in consecutive cycles (no drain, no bubble).
-    With ``expect_back_pressure``, check that the Weight FIFO did push back.
+    With ``expect_back_pressure``, check that the Weight FIFO did push back. A ``collect``
+    dict receives the result rows and the cycles of the first and last one.
     Returns a dict of measured figures.
     """
     dut = reference_instance(MatrixUnit(cfg))
@@ -105,6 +106,9 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
                                  f"gap of {gaps.max()} cycles")
     if expect_back_pressure and weight_source.waiting_cycles == 0:
         raise TestbenchError(f"[{io.simulator} {cfg.name}] the Weight FIFO never pushed back")
+    if collect is not None:
+        collect.update(results=[item["data"] for item in sink.items],
+                       first_result_cycle=sink.cycles[0], last_result_cycle=sink.cycles[-1])
     return {"vectors": len(vectors), "tiles": len(batches), "cycles": io.cycle,
             "weight_stall_cycles": len(stalls),
             "weight_backpressure_cycles": weight_source.waiting_cycles}

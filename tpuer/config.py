@@ -46,7 +46,8 @@ class Config:
     acc_depth : int
         Rows of the accumulator memory. 2 to 65536.
     weight_fifo_tiles : int
-        Depth of the Weight FIFO in whole weight tiles (``rows`` rows each). 1 to 64.
+        Depth of the Weight FIFO in whole weight tiles (``rows`` rows each). 1 to 64, and
+        at least 2 rows in all.
 
     Raises
     ------
@@ -75,6 +76,10 @@ class Config:
         _check_int("ub_depth", self.ub_depth, 2, 65536)
         _check_int("acc_depth", self.acc_depth, 2, 65536)
         _check_int("weight_fifo_tiles", self.weight_fifo_tiles, 1, 64)
+        if self.weight_fifo_tiles * self.rows < 2:
+            raise ConfigError(
+                "the Weight FIFO must hold at least 2 rows to pass one row per cycle: "
+                f"with rows={self.rows}, weight_fifo_tiles must be at least 2")
 
     # --- number formats ---------------------------------------------------------------------
 

@@ -1,0 +1,54 @@
+"""cocotb jobs that do work for the command line rather than check a block: the demo's
+matrix product and the simulator-speed measurement.
+
+Inputs and outputs travel as ``.npz`` files named by ``TPUER_JOB_IN`` and
+``TPUER_JOB_OUT``; the configuration arrives as in :mod:`tpuer.tb.cocotb_entry`.
+"""
+
+import json
+import os
+import time
+
+import cocotb
+import numpy as np
+
+from ..config import Config
+from .harness import CocotbIO
+from .matrix_unit_tb import check_products, random_batches
+
+CONFIG = Config(**json.loads(os.environ.get("TPUER_CONFIG", "{}")))
+
+
+def _save(**arrays):
+    np.savez(os.environ["TPUER_JOB_OUT"], **arrays)
+
+
+@cocotb.test()
+async def matmul(dut):
+    """Multiply ``a`` (M x rows) by each tile in ``tiles`` back to back; the results are
+    checked against the golden model inside, and saved with the cycle count."""
+    job = np.load(os.environ["TPUER_JOB_IN"])
+    io = await CocotbIO.start(dut)
+    a, tiles = job["a"], job["tiles"]
+    collected = {}
+    figures = await check_products(io, CONFIG, [(tile, a) for tile in tiles],
+                                   rng=np.random.default_rng(0), collect=collected)
+    _save(results=np.array(collected["results"]), cycles=figures["cycles"],
+          first_result_cycle=collected["first_result_cycle"],
+          last_result_cycle=collected["last_result_cycle"],
+          weight_stall_cycles=figures["weight_stall_cycles"])
+
+
+@cocotb.test()
+async def speed(dut):
+    """Stream random tiles and vectors through the checked testbench loop for a while and
+    report simulated cycles per wall-clock second."""
+    job = np.load(os.environ["TPUER_JOB_IN"])
+    io = await CocotbIO.start(dut)
+    rng = np.random.default_rng(int(job["seed"]))
+    batches = random_batches(CONFIG, rng, int(job["tiles"]), min_rows=CONFIG.rows,
+                             max_rows=2 * CONFIG.rows)
+    start_cycle, start = io.cycle, time.perf_counter()
+    await check_products(io, CONFIG, batches, rng=rng)
+    seconds = time.perf_counter() - start
+    _save(cycles=io.cycle - start_cycle, seconds=seconds)

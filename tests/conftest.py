@@ -1,0 +1,42 @@
+import os
+
+import pytest
+
+from tpuer import Config
+
+#: The configurations every simulator test runs: square, the smallest, the default, and
+#: non-square with memory depths that are not powers of two (so that out-of-range
+#: addresses exist).
+SIM_CONFIGS = [
+    Config(rows=2, cols=2),
+    Config(rows=4, cols=4),
+    Config(rows=8, cols=8),
+    Config(rows=4, cols=8, ub_depth=100, acc_depth=60, weight_fifo_tiles=4),
+]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--waves", action="store_true",
+                     help="write a waveform file (VCD or FST) for every simulation")
+
+
+def pytest_configure(config):
+    if config.getoption("waves"):
+        os.environ["TPUER_WAVES"] = "1"
+
+
+def seed():
+    """The seed of the random tests: TPUER_SEED, else 1 (so that CI is repeatable)."""
+    return int(os.environ.get("TPUER_SEED", "1"))
+
+
+def require_simulator(name):
+    """Skip when ``name`` is missing on a developer's machine; fail in CI, where every
+    simulator test must run."""
+    from tpuer.sim.cocotb_backend import SimulatorUnavailable, check_simulator
+    try:
+        check_simulator(name)
+    except SimulatorUnavailable as error:
+        if os.environ.get("CI") or os.environ.get("TPUER_REQUIRE_ALL_SIMULATORS"):
+            pytest.fail(f"{error} (CI runs every simulator test)")
+        pytest.skip(str(error))

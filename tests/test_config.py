@@ -1,0 +1,47 @@
+import pytest
+
+from tpuer import Config, ConfigError
+
+
+def test_defaults_are_an_8x8_int8_tpu():
+    cfg = Config()
+    assert (cfg.rows, cfg.cols, cfg.operand_width, cfg.acc_width) == (8, 8, 8, 32)
+    assert cfg.weight_fifo_tiles >= 4
+    assert cfg.weight_fifo_depth == cfg.weight_fifo_tiles * cfg.rows
+    assert (cfg.operand_min, cfg.operand_max, cfg.acc_min, cfg.acc_max) == \
+        (-128, 127, -2**31, 2**31 - 1)
+
+
+def test_non_square_and_derived_sizes():
+    cfg = Config(rows=4, cols=8, ub_depth=100, acc_depth=60)
+    assert cfg.ub_lanes == 8
+    assert cfg.ub_addr_width == 7 and cfg.acc_addr_width == 6
+    assert cfg.name == "4x8-i8a32-ub100-acc60-wf4"
+    assert Config(rows=4, cols=8).name == "4x8"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"rows": 0}, "rows must be between 1 and 256, not 0"),
+    ({"cols": 300}, "cols must be between 1 and 256, not 300"),
+    ({"rows": 2.5}, "rows must be an integer, not 2.5"),
+    ({"rows": True}, "rows must be an integer, not True"),
+    ({"acc_width": 18}, "acc_width must be at least 2 * operand_width + ceil(log2(rows)) = 19"),
+    ({"rows": 256, "acc_width": 23}, "= 24"),
+    ({"acc_width": 40}, "acc_width must be between 2 and 32, not 40"),
+    ({"ub_depth": 1}, "ub_depth must be between 2 and 65536, not 1"),
+    ({"weight_fifo_tiles": 0}, "weight_fifo_tiles must be between 1 and 64, not 0"),
+    ({"rows": 1, "weight_fifo_tiles": 1}, "the Weight FIFO must hold at least 2 rows"),
+])
+def test_bad_values_are_refused_with_a_clear_message(kwargs, message):
+    with pytest.raises(ConfigError) as error:
+        Config(**kwargs)
+    assert message in str(error.value)
+    if "acc_width must be at least" in message:
+        Config(**{**kwargs, "acc_width": int(message.split("= ")[-1])})  # the minimum is fine
+
+
+def test_config_is_immutable_and_hashable():
+    cfg = Config()
+    with pytest.raises(Exception):
+        cfg.rows = 4
+    assert len({Config(), Config(), Config(rows=4)}) == 2

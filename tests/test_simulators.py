@@ -1,0 +1,32 @@
+"""The blocks' cocotb testbenches on Verilator and Icarus, each configuration built once."""
+
+import pytest
+
+from tpuer.sim import cocotb_backend as backend
+
+from conftest import SIM_CONFIGS, require_simulator, seed
+
+BLOCKS = ["matrix_unit", "unified_buffer", "accumulators", "activation"]
+
+
+@pytest.mark.parametrize("cfg", SIM_CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("simulator", backend.SIMULATORS)
+def test_block_on_simulator(simulator, block, cfg):
+    require_simulator(simulator)
+    built = backend.build(block, cfg, simulator)
+    ran = backend.run(built, seed=seed())
+    assert ran >= 2, f"only {ran} cocotb tests ran"
+
+
+def test_a_failing_cocotb_test_fails_the_run(tmp_path):
+    """The back end must turn a failed cocotb test into an exception, not a silent pass."""
+    results = tmp_path / "results.xml"
+    results.write_text('<testsuites><testsuite><testcase name="t1"/>'
+                       '<testcase name="t2"><failure message="boom"/></testcase>'
+                       '</testsuite></testsuites>')
+    with pytest.raises(backend.SimulationFailed, match="t2: boom"):
+        backend.check_results(results, tmp_path / "log")
+    results.write_text("<testsuites><testsuite></testsuite></testsuites>")
+    with pytest.raises(backend.SimulationFailed, match="no cocotb test ran"):
+        backend.check_results(results, tmp_path / "log")
