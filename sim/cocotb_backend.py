@@ -134,11 +134,25 @@ def run(built, *, seed=1, testcase=None, test_module="tpuer.tb.cocotb_entry", ex
     }
     runner = get_runner(built.simulator)
     log_file = built.directory / f"{testcase or 'all'}.log"
-    results = runner.test(test_module=test_module, hdl_toplevel="top", hdl_toplevel_lang="verilog",
-                       build_dir=built.directory,
-                       test_dir=built.directory, extra_env=env, testcase=testcase,
-                       waves=built.waves, seed=seed, log_file=log_file)
-    return check_results(results, log_file)
+    results = built.directory / f"results-{testcase or 'all'}.xml"
+    if results.exists():
+        results.unlink()
+    exit_code = 0
+    try:
+        runner.test(test_module=test_module, hdl_toplevel="top", hdl_toplevel_lang="verilog",
+                    build_dir=built.directory, test_dir=built.directory, extra_env=env,
+                    testcase=testcase, waves=built.waves, seed=seed, log_file=log_file,
+                    results_xml=str(results))
+    except SystemExit as stop:   # the runner exits when a test failed or the simulator died
+        exit_code = stop.code if isinstance(stop.code, int) and stop.code else 1
+    if not results.exists():
+        raise SimulationFailed(f"{built.simulator} stopped with exit code {exit_code} before "
+                               f"writing results (log: {log_file})")
+    ran = check_results(results, log_file)
+    if exit_code:
+        raise SimulationFailed(f"{built.simulator} exited with code {exit_code} after {ran} "
+                               f"passing tests (log: {log_file})")
+    return ran
 
 
 class SimulationFailed(AssertionError):

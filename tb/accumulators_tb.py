@@ -5,7 +5,7 @@ import numpy as np
 from ..hw.accumulators import AccumulatorMemory
 from ..sim.accumulator_model import AccumulatorModel
 from .harness import reference_instance
-from .memory_checks import MemoryPorts, check_memory
+from .memory_checks import MemoryPorts, check_memory, clearing_writes
 from .packing import Codec
 
 __all__ = ["BENCHES"]
@@ -21,7 +21,9 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None):
             return int(rng.choice(hot_addresses))
         return int(rng.integers(0, top))
 
-    schedule = []
+    zeros = np.zeros(cfg.cols, dtype=np.int64)
+    schedule = clearing_writes(cfg.acc_depth, lambda addr: {
+        "addr": addr, "data": zeros, "accumulate": 0})
     for _ in range(cycles):
         read = address() if rng.random() < 0.6 else None
         write = None

@@ -5,7 +5,7 @@ import numpy as np
 from ..hw.unified_buffer import UnifiedBuffer
 from ..sim.unified_buffer_model import UnifiedBufferModel
 from .harness import reference_instance
-from .memory_checks import MemoryPorts, check_memory
+from .memory_checks import MemoryPorts, check_memory, clearing_writes
 from .packing import Codec
 
 __all__ = ["BENCHES"]
@@ -29,6 +29,10 @@ def _schedule(cfg, rng, cycles, *, values, hot_addresses=None):
 
 async def _run(io, cfg, schedule):
     dut = reference_instance(UnifiedBuffer(cfg))
+    zeros = np.zeros(cfg.ub_lanes, dtype=np.int64)
+    everything = np.ones(cfg.ub_lanes, dtype=bool)
+    schedule = clearing_writes(cfg.ub_depth, lambda addr: {
+        "addr": addr, "data": zeros, "mask": everything}) + schedule
     model = UnifiedBufferModel(cfg)
     expected = []
     for read, write in schedule:
