@@ -38,9 +38,15 @@ def config_from_args(parser, args):
 def _cmd_verilog(parser, args):
     from .hw.export import blocks, build_block, to_verilog
     cfg = config_from_args(parser, args)
-    names = list(blocks()) if args.block == "all" else [args.block]
-    texts = [to_verilog(build_block(name, cfg), name=f"tpuer_{name}" if len(names) > 1 or
-                        args.name is None else args.name) for name in names]
+    if args.block == "all":
+        if args.name is not None:
+            parser.error("--name names a single block's module; with --block all every "
+                         "module is called tpuer_<block>")
+        modules = {name: f"tpuer_{name}" for name in blocks()}
+    else:
+        modules = {args.block: args.name or "top"}
+    names = list(modules)
+    texts = [to_verilog(build_block(name, cfg), name=module) for name, module in modules.items()]
     text = "\n".join(texts)
     if args.output == "-":
         sys.stdout.write(text)
