@@ -40,3 +40,15 @@ def require_simulator(name):
         if os.environ.get("CI") or os.environ.get("TPUER_REQUIRE_ALL_SIMULATORS"):
             pytest.fail(f"{error} (CI runs every simulator test)")
         pytest.skip(str(error))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Where every simulator test must run (CI), a skipped test fails the run."""
+    if not (os.environ.get("CI") or os.environ.get("TPUER_REQUIRE_ALL_SIMULATORS")):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if skipped and session.exitstatus == 0:
+        reporter.write_line(f"{len(skipped)} tests were skipped; CI requires all of them",
+                            red=True)
+        session.exitstatus = 1

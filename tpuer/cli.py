@@ -119,7 +119,7 @@ def build_parser():
     bench = commands.add_parser("bench", help="measure simulator speed (cycles per second)")
     bench.add_argument("--simulator", action="append", choices=["verilator", "icarus"],
                        help="simulator to measure (repeatable; default both)")
-    bench.add_argument("--tiles", type=int, default=40, help="tiles streamed (default 40)")
+    bench.add_argument("--tiles", type=int, default=300, help="tiles streamed (default 300)")
     add_config_arguments(bench)
     bench.set_defaults(run=_cmd_bench)
     return parser
