@@ -1,0 +1,219 @@
+"""The whole datapath: Unified Buffer -> matrix unit -> accumulators -> activation -> UB."""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .accumulators import AccumulatorMemory
+from .activation import ActivationUnit
+from .matrix_unit import MatrixUnit
+from .unified_buffer import UnifiedBuffer
+
+__all__ = ["Datapath"]
+
+
+def _command_layouts(cfg):
+    ub_addr, acc_addr = cfg.ub_addr_width, cfg.acc_addr_width
+    return {
+        "matmul": data.StructLayout({"ub_addr": ub_addr, "acc_addr": acc_addr,
+                                     "accumulate": 1, "new_tile": 1}),
+        "activate": data.StructLayout({"acc_addr": acc_addr, "ub_addr": ub_addr}),
+        "host_write": data.StructLayout({
+            "addr": ub_addr, "data": data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes),
+            "mask": cfg.ub_lanes}),
+    }
+
+
+class Datapath(wiring.Component):
+    """Every block of the TPU joined the way TPU v1 joins them, driven by per-row commands.
+
+    * ``matmul``: read Unified Buffer row ``ub_addr``, multiply its first ``rows`` lanes by
+      the active weight tile (switching to the next one first when ``new_tile``), and write
+      or add (``accumulate``) the result into accumulator row ``acc_addr``. One command per
+      cycle streams back to back.
+    * ``activate``: read accumulator row ``acc_addr``, requantise it with ``params`` and
+      write it into lanes ``0 .. cols - 1`` of Unified Buffer row ``ub_addr``. One per cycle.
+    * ``weights``: weight rows into the Weight FIFO.
+    * ``host_write`` / ``host_read`` -> ``host_data`` / ``host_acc_read`` ->
+      ``host_acc_data``: the host's access to both memories. The datapath's own traffic
+      goes first: a host read waits while ``matmul`` reads the Unified Buffer, a host read
+      of the accumulators while ``activate`` reads them, a host write while an activated
+      row is written.
+
+    Commands of one stream execute in order; the streams are not ordered against each
+    other. Whoever drives them (the sequencer) waits for ``busy`` to fall, or otherwise
+    keeps the dependencies, before it activates rows that a matrix product writes.
+
+    Members
+    -------
+    params : In(ActivationUnit params layout)
+        Requantisation parameters; change them only while ``busy`` is low.
+    busy : Out(1)
+        Some command is still in flight.
+    weight_stall, overflow, range_error : Out(1)
+        A ``new_tile`` is waiting for its weights; an accumulation saturated; a command
+        named an address past the end of a memory (one-cycle pulses, as the blocks raise
+        them).
+
+    Latency: a ``matmul`` command accepted in cycle ``t`` has its accumulator row written at
+    the end of cycle ``t + 3 + rows + cols`` (:attr:`matmul_latency`); an ``activate``
+    accepted in cycle ``t`` writes its UB row at the end of cycle ``t + 1 + 4``
+    (:attr:`activate_latency`).
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        layouts = _command_layouts(cfg)
+        self.matmul_layout = layouts["matmul"]
+        self.activate_layout = layouts["activate"]
+        self.host_write_layout = layouts["host_write"]
+        self.params_layout = ActivationUnit.params_layout_for(cfg)
+        super().__init__({
+            "weights": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.cols))),
+            "matmul": In(stream.Signature(self.matmul_layout)),
+            "activate": In(stream.Signature(self.activate_layout)),
+            "params": In(self.params_layout),
+            "host_write": In(stream.Signature(self.host_write_layout)),
+            "host_read": In(stream.Signature(cfg.ub_addr_width)),
+            "host_data": Out(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
+            "host_acc_read": In(stream.Signature(cfg.acc_addr_width)),
+            "host_acc_data": Out(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.cols))),
+            "busy": Out(1),
+            "weight_stall": Out(1),
+            "overflow": Out(1),
+            "range_error": Out(1),
+        })
+
+    @property
+    def matmul_latency(self):
+        return 3 + self._cfg.rows + self._cfg.cols
+
+    activate_latency = 1 + ActivationUnit.latency
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        tag = data.StructLayout({"acc_addr": cfg.acc_addr_width, "accumulate": 1})
+        m.submodules.ub = ub = UnifiedBuffer(cfg)
+        m.submodules.mxu = mxu = MatrixUnit(cfg, tag_shape=tag)
+        m.submodules.acc = acc = AccumulatorMemory(cfg)
+        m.submodules.act = act = ActivationUnit(cfg, tag_shape=cfg.ub_addr_width)
+        wiring.connect(m, wiring.flipped(self.weights), mxu.weights)
+        m.d.comb += act.params.eq(self.params)
+
+        # --- matmul: UB read -> small queue -> matrix unit ---------------------------------
+        # The queue absorbs the UB's read latency when the matrix unit waits for weights;
+        # a read is issued only when its row is sure to find room.
+        feed_layout = data.StructLayout({"data": data.ArrayLayout(cfg.operand_shape, cfg.rows),
+                                         "new_tile": 1, "tag": tag})
+        m.submodules.feed = feed = fifo.SyncFIFO(width=feed_layout.size, depth=4)
+        reading = Signal()                      # a matmul read was issued last cycle
+        reading_cmd = Signal(self.matmul_layout)
+        issue = self.matmul.valid & (feed.level + reading < 3)
+        m.d.comb += self.matmul.ready.eq(feed.level + reading < 3)
+        m.d.sync += reading.eq(issue)
+        with m.If(issue):
+            m.d.sync += reading_cmd.eq(self.matmul.payload)
+        feed_in = Signal(feed_layout)
+        for lane in range(cfg.rows):
+            m.d.comb += feed_in.data[lane].eq(ub.read_data[lane])
+        m.d.comb += [
+            feed_in.new_tile.eq(reading_cmd.new_tile),
+            feed_in.tag.acc_addr.eq(reading_cmd.acc_addr),
+            feed_in.tag.accumulate.eq(reading_cmd.accumulate),
+            feed.w_data.eq(feed_in),
+            feed.w_en.eq(reading),
+            mxu.rows.payload.eq(feed.r_data),
+            mxu.rows.valid.eq(feed.r_rdy),
+            feed.r_en.eq(mxu.rows.ready),
+        ]
+
+        # --- matrix unit results -> accumulators ----------------------------------------
+        m.d.comb += [
+            acc.write_addr.eq(mxu.results.payload.tag.acc_addr),
+            acc.write_accumulate.eq(mxu.results.payload.tag.accumulate),
+            acc.write_data.eq(mxu.results.payload.data),
+            acc.write_en.eq(mxu.results.valid),
+        ]
+
+        # --- activate: accumulator read -> activation unit -> UB write ------------------
+        # The activated row always has the UB write port, so the unit never stalls.
+        activating = Signal()
+        activating_ub_addr = Signal(cfg.ub_addr_width)
+        m.d.comb += self.activate.ready.eq(1)
+        m.d.sync += [activating.eq(self.activate.valid),
+                     activating_ub_addr.eq(self.activate.payload.ub_addr)]
+        m.d.comb += [
+            act.i.payload.data.eq(acc.read_data),
+            act.i.payload.tag.eq(activating_ub_addr),
+            act.i.valid.eq(activating),
+            act.o.ready.eq(1),
+        ]
+
+        # --- host accumulator reads, when activate does not read ------------------------
+        acc_host_wait = Signal()                # a host accumulator read is being returned
+        acc_host_issue = self.host_acc_read.valid & ~self.activate.valid & ~acc_host_wait
+        m.d.comb += self.host_acc_read.ready.eq(~self.activate.valid & ~acc_host_wait)
+        with m.If(self.activate.valid):
+            m.d.comb += [acc.read_addr.eq(self.activate.payload.acc_addr), acc.read_en.eq(1)]
+        with m.Elif(acc_host_issue):
+            m.d.comb += [acc.read_addr.eq(self.host_acc_read.payload), acc.read_en.eq(1)]
+        acc_host_data = Signal.like(self.host_acc_data.payload)
+        acc_host_fresh = Signal()               # the read data is on acc.read_data now
+        m.d.sync += acc_host_fresh.eq(acc_host_issue)
+        with m.If(acc_host_issue):
+            m.d.sync += acc_host_wait.eq(1)
+        with m.If(acc_host_fresh):
+            m.d.sync += acc_host_data.eq(acc.read_data)
+        with m.If(self.host_acc_data.valid & self.host_acc_data.ready):
+            m.d.sync += acc_host_wait.eq(0)
+        acc_host_valid = Signal()
+        m.d.sync += acc_host_valid.eq((acc_host_valid | acc_host_fresh) &
+                                      ~(self.host_acc_data.valid & self.host_acc_data.ready))
+        m.d.comb += [self.host_acc_data.valid.eq(acc_host_valid),
+                     self.host_acc_data.payload.eq(acc_host_data)]
+
+        # --- UB read port: matmul first, then the host ----------------------------------
+        ub_host_wait = Signal()
+        ub_host_issue = self.host_read.valid & ~self.matmul.valid & ~ub_host_wait
+        m.d.comb += self.host_read.ready.eq(~self.matmul.valid & ~ub_host_wait)
+        with m.If(issue):
+            m.d.comb += [ub.read_addr.eq(self.matmul.payload.ub_addr), ub.read_en.eq(1)]
+        with m.Elif(ub_host_issue):
+            m.d.comb += [ub.read_addr.eq(self.host_read.payload), ub.read_en.eq(1)]
+        ub_host_data = Signal.like(self.host_data.payload)
+        ub_host_fresh = Signal()
+        m.d.sync += ub_host_fresh.eq(ub_host_issue)
+        with m.If(ub_host_issue):
+            m.d.sync += ub_host_wait.eq(1)
+        with m.If(ub_host_fresh):
+            m.d.sync += ub_host_data.eq(ub.read_data)
+        with m.If(self.host_data.valid & self.host_data.ready):
+            m.d.sync += ub_host_wait.eq(0)
+        ub_host_valid = Signal()
+        m.d.sync += ub_host_valid.eq((ub_host_valid | ub_host_fresh) &
+                                     ~(self.host_data.valid & self.host_data.ready))
+        m.d.comb += [self.host_data.valid.eq(ub_host_valid),
+                     self.host_data.payload.eq(ub_host_data)]
+
+        # --- UB write port: activated rows first, then the host -------------------------
+        m.d.comb += self.host_write.ready.eq(~act.o.valid)
+        with m.If(act.o.valid):
+            m.d.comb += [ub.write_addr.eq(act.o.payload.tag), ub.write_en.eq(1),
+                         ub.write_mask.eq((1 << cfg.cols) - 1)]
+            for lane in range(cfg.cols):
+                m.d.comb += ub.write_data[lane].eq(act.o.payload.data[lane])
+        with m.Elif(self.host_write.valid):
+            m.d.comb += [ub.write_addr.eq(self.host_write.payload.addr), ub.write_en.eq(1),
+                         ub.write_data.eq(self.host_write.payload.data),
+                         ub.write_mask.eq(self.host_write.payload.mask)]
+
+        m.d.comb += [
+            self.busy.eq(reading | feed.r_rdy | mxu.busy | acc.write_pending | activating |
+                         act.busy),
+            self.weight_stall.eq(mxu.weight_stall),
+            self.overflow.eq(acc.overflow),
+            self.range_error.eq(ub.range_error | acc.range_error),
+        ]
+        return m
+

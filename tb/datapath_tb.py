@@ -1,0 +1,142 @@
+"""Testbenches of the whole datapath against :class:`tpuer.sim.datapath_model.DatapathModel`:
+host writes, weight tiles, matrix products into the accumulators, activation back into
+the Unified Buffer, and host reads of both memories, with the host's traffic competing for
+the memory ports."""
+
+import random
+
+import numpy as np
+
+from ..hw.datapath import Datapath
+from ..sim.datapath_model import DatapathModel
+from .activation_tb import random_params
+from .harness import StreamSink, StreamSource, TestbenchError, reference_instance, run_cycles
+from .packing import Codec
+
+__all__ = ["BENCHES"]
+
+
+class _Datapath:
+    def __init__(self, io, cfg, rng):
+        self.io, self.cfg, self.rng = io, cfg, rng
+        self.dut = reference_instance(Datapath(cfg))
+        self.model = DatapathModel(cfg)
+
+    def source(self, name, codec, items, idle):
+        return StreamSource(name, codec, items, idle=idle,
+                            rng=random.Random(int(self.rng.integers(1 << 31))))
+
+    def sink(self, name, layout, stall):
+        return StreamSink(name, Codec(layout), stall=stall,
+                          rng=random.Random(int(self.rng.integers(1 << 31))))
+
+    async def run(self, agents, until, budget):
+        """Run the agents until ``until()`` and the datapath is idle."""
+        idle = {"ok": False}
+
+        def watch(io):
+            idle["ok"] = until() and not io.get("busy")
+
+        await run_cycles(self.io, agents, until=lambda: idle["ok"], max_cycles=budget,
+                         on_cycle=watch)
+
+    def check(self, label, got, want):
+        if [int(v) for v in got] != [int(v) for v in want]:
+            raise TestbenchError(f"[{self.io.simulator} datapath {self.cfg.name}] {label}: "
+                                 f"got {[int(v) for v in got]}, expected "
+                                 f"{[int(v) for v in want]}")
+
+
+async def bench_layer(io, cfg, rng, *, idle=0.2, stall=0.3, tiles=3):
+    """One layer's worth of work: load inputs, multiply by several tiles (accumulating over
+    some of them), activate, read everything back, with host traffic interleaved."""
+    dp = _Datapath(io, cfg, rng)
+    dut, model = dp.dut, dp.model
+    lo, hi = cfg.operand_min, cfg.operand_max + 1
+    inputs = min(cfg.ub_depth // 2, 12)
+
+    # Phase 1: the host fills the input rows.
+    writes = [{"addr": a, "data": rng.integers(lo, hi, cfg.ub_lanes),
+               "mask": (1 << cfg.ub_lanes) - 1} for a in range(inputs)]
+    for w in writes:
+        model.host_write(w["addr"], w["data"])
+    host_write_codec = Codec(dut.host_write_layout)
+    source = dp.source("host_write", host_write_codec, writes, idle)
+    await dp.run([source], lambda: source.done, 50 + 10 * len(writes))
+
+    # Phase 2: tiles and matrix products; the host reads input rows meanwhile.
+    weight_rows, commands = [], []
+    acc_rows = min(cfg.acc_depth, 10)
+    written = set()
+    for t in range(tiles):
+        tile = rng.integers(lo, hi, (cfg.rows, cfg.cols))
+        weight_rows.extend(tile)
+        for k in range(int(rng.integers(1, cfg.rows + 3))):
+            acc_addr = int(rng.integers(0, acc_rows))
+            accumulate = int(acc_addr in written and rng.random() < 0.6)
+            written.add(acc_addr)
+            commands.append({"ub_addr": int(rng.integers(0, inputs)), "acc_addr": acc_addr,
+                             "accumulate": accumulate, "new_tile": int(k == 0)})
+    for row in weight_rows:
+        model.push_weight_row(row)
+    for c in commands:
+        model.matmul(c["ub_addr"], c["acc_addr"], bool(c["accumulate"]), bool(c["new_tile"]))
+    reads = [int(rng.integers(0, inputs)) for _ in range(8)]
+    agents = [dp.source("weights", Codec(dut.weights.payload.shape()), weight_rows, idle),
+              dp.source("matmul", Codec(dut.matmul_layout), commands, idle),
+              dp.source("host_read", Codec(cfg.ub_addr_width), reads, idle),
+              dp.sink("host_data", dut.host_data.payload.shape(), stall)]
+    await dp.run(agents, lambda: all(a.done for a in agents[:3]) and
+                 len(agents[3].items) == len(reads),
+                 200 + 20 * (len(commands) + len(weight_rows) + len(reads)))
+    for addr, got in zip(reads, agents[3].items):
+        dp.check(f"host read of UB row {addr} during matmul", got, model.host_read(addr))
+
+    # Phase 3: activate the written accumulator rows into fresh UB rows, while the host
+    # writes other rows and reads accumulators.
+    params = random_params(cfg, rng)
+    dp.io.set("params", Codec(dut.params_layout).encode({
+        "bias": params.bias, "multiplier": params.multiplier, "shift": params.shift,
+        "zero_point": params.zero_point, "relu": int(params.relu)}))
+    targets = sorted(written)
+    activates = [{"acc_addr": a, "ub_addr": inputs + k} for k, a in enumerate(targets)]
+    acc_reads = [int(rng.choice(targets)) for _ in range(6)]
+    acc_values = {a: model.host_acc_read(a) for a in acc_reads}
+    extra = [{"addr": inputs + len(targets) + k, "data": rng.integers(lo, hi, cfg.ub_lanes),
+              "mask": int(rng.integers(0, 1 << cfg.ub_lanes))}
+             for k in range(4) if inputs + len(targets) + k < cfg.ub_depth]
+    for c in activates:
+        model.activate(c["acc_addr"], c["ub_addr"], params)
+    for w in extra:
+        model.host_write(w["addr"], w["data"],
+                         [(w["mask"] >> lane) & 1 for lane in range(cfg.ub_lanes)])
+    agents = [dp.source("activate", Codec(dut.activate_layout), activates, idle),
+              dp.source("host_write", host_write_codec, extra, idle),
+              dp.source("host_acc_read", Codec(cfg.acc_addr_width), acc_reads, idle),
+              dp.sink("host_acc_data", dut.host_acc_data.payload.shape(), stall)]
+    await dp.run(agents, lambda: all(a.done for a in agents[:3]) and
+                 len(agents[3].items) == len(acc_reads),
+                 200 + 20 * (len(activates) + len(extra) + len(acc_reads)))
+    for addr, got in zip(acc_reads, agents[3].items):
+        dp.check(f"host read of accumulator row {addr}", got, acc_values[addr])
+
+    # Phase 4: read back every row touched, from both memories.
+    ub_rows = list(range(min(cfg.ub_depth, inputs + len(targets) + len(extra))))
+    agents = [dp.source("host_read", Codec(cfg.ub_addr_width), ub_rows, 0.0),
+              dp.sink("host_data", dut.host_data.payload.shape(), stall),
+              dp.source("host_acc_read", Codec(cfg.acc_addr_width), targets, 0.0),
+              dp.sink("host_acc_data", dut.host_acc_data.payload.shape(), stall)]
+    await dp.run(agents, lambda: len(agents[1].items) == len(ub_rows) and
+                 len(agents[3].items) == len(targets), 200 + 10 * (len(ub_rows) + len(targets)))
+    for addr, got in zip(ub_rows, agents[1].items):
+        dp.check(f"UB row {addr}", got, model.host_read(addr))
+    for addr, got in zip(targets, agents[3].items):
+        dp.check(f"accumulator row {addr}", got, model.host_acc_read(addr))
+
+
+async def bench_streaming(io, cfg, rng):
+    """The same with no idle cycles and no back-pressure: everything at full rate."""
+    await bench_layer(io, cfg, rng, idle=0.0, stall=0.0, tiles=2 * cfg.weight_fifo_tiles)
+
+
+BENCHES = {"layer": bench_layer, "streaming": bench_streaming}
