@@ -8,6 +8,7 @@ from .matrix_unit import MatrixUnit
 from .unified_buffer import UnifiedBuffer
 from .accumulators import AccumulatorMemory
 from .activation import ActivationUnit
+from .datapath import Datapath
 
 __all__ = ["ProcessingElement", "SystolicArray", "DiagonalSkew", "WeightFIFO", "MatrixUnit",
-           "UnifiedBuffer", "AccumulatorMemory", "ActivationUnit"]
+           "UnifiedBuffer", "AccumulatorMemory", "ActivationUnit", "Datapath"]

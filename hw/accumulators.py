@@ -36,6 +36,8 @@ class AccumulatorMemory(wiring.Component):
         in at least one lane.
     range_error : Out(1)
         An out-of-range address was presented with its enable in the previous cycle.
+    write_pending : Out(1)
+        A write requested in the previous cycle commits in this one.
 
     Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + 1``; a read
     requested in cycle ``t + 1`` or later returns it (1 cycle read latency).
@@ -54,6 +56,7 @@ class AccumulatorMemory(wiring.Component):
             "read_data": Out(self.row_layout),
             "overflow": Out(1),
             "range_error": Out(1),
+            "write_pending": Out(1),
         })
 
     @property
@@ -98,6 +101,7 @@ class AccumulatorMemory(wiring.Component):
             commit.data.eq(new_row),
             commit.en.eq(pending),
             self.overflow.eq(pending & clipped.any()),
+            self.write_pending.eq(pending),
         ]
 
         read_ok = self.read_addr < cfg.acc_depth

@@ -43,17 +43,22 @@ class ActivationUnit(wiring.Component):
 
     latency = 4
 
+    @staticmethod
+    def params_layout_for(cfg):
+        """Layout of ``params`` for configuration ``cfg``."""
+        return data.StructLayout({
+            "bias": data.ArrayLayout(cfg.bias_shape, cfg.cols),
+            "multiplier": data.ArrayLayout(cfg.multiplier_shape, cfg.cols),
+            "shift": data.ArrayLayout(cfg.shift_shape, cfg.cols),
+            "zero_point": cfg.operand_shape,
+            "relu": 1,
+        })
+
     def __init__(self, cfg, *, tag_shape=unsigned(16)):
         self._cfg = cfg
         self._tag_shape = tag_shape
         cols = cfg.cols
-        self.params_layout = data.StructLayout({
-            "bias": data.ArrayLayout(cfg.bias_shape, cols),
-            "multiplier": data.ArrayLayout(cfg.multiplier_shape, cols),
-            "shift": data.ArrayLayout(cfg.shift_shape, cols),
-            "zero_point": cfg.operand_shape,
-            "relu": 1,
-        })
+        self.params_layout = self.params_layout_for(cfg)
         self.in_layout = data.StructLayout({
             "data": data.ArrayLayout(cfg.acc_shape, cols), "tag": tag_shape})
         self.out_layout = data.StructLayout({

@@ -36,6 +36,7 @@ def blocks():
     """The blocks that can be exported or simulated on their own, by name."""
     from .accumulators import AccumulatorMemory
     from .activation import ActivationUnit
+    from .datapath import Datapath
     from .matrix_unit import MatrixUnit
     from .systolic_array import SystolicArray
     from .unified_buffer import UnifiedBuffer
@@ -47,6 +48,7 @@ def blocks():
         "unified_buffer": UnifiedBuffer,
         "accumulators": AccumulatorMemory,
         "activation": ActivationUnit,
+        "datapath": Datapath,
     }
 
 
