@@ -109,8 +109,8 @@ class Datapath(wiring.Component):
         m.submodules.feed = feed = fifo.SyncFIFO(width=feed_layout.size, depth=4)
         reading = Signal()                      # a matmul read was issued last cycle
         reading_cmd = Signal(self.matmul_layout)
-        issue = self.matmul.valid & (feed.level + reading < 3)
-        m.d.comb += self.matmul.ready.eq(feed.level + reading < 3)
+        issue = self.matmul.valid & (feed.level + reading < 6)
+        m.d.comb += self.matmul.ready.eq(feed.level + reading < 6)
         m.d.sync += reading.eq(issue)
         with m.If(issue):
             m.d.sync += reading_cmd.eq(self.matmul.payload)

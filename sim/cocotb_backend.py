@@ -17,7 +17,7 @@ from ..hw.export import build_block, to_verilog
 from ..hw.lint_waivers import VERILATOR_WAIVERS
 
 __all__ = ["SIMULATORS", "SimulatorUnavailable", "Build", "build", "run", "check_simulator",
-           "waves_requested", "build_root", "SimulationFailed"]
+           "waves_requested", "waves_file", "build_root", "SimulationFailed"]
 
 SIMULATORS = ("verilator", "icarus")
 
@@ -153,6 +153,11 @@ def run(built, *, seed=1, testcase=None, test_module="tpuer.tb.cocotb_entry", ex
         raise SimulationFailed(f"{built.simulator} exited with code {exit_code} after {ran} "
                                f"passing tests (log: {log_file})")
     return ran
+
+
+def waves_file(built):
+    """Where a run of ``built`` writes its waveform (when built with waves)."""
+    return built.directory / ("dump.vcd" if built.simulator == "verilator" else "top.fst")
 
 
 class SimulationFailed(AssertionError):

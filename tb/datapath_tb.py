@@ -55,9 +55,12 @@ async def bench_layer(io, cfg, rng, *, idle=0.2, stall=0.3, tiles=3):
     lo, hi = cfg.operand_min, cfg.operand_max + 1
     inputs = min(cfg.ub_depth // 2, 12)
 
-    # Phase 1: the host fills the input rows.
+    # Phase 1: the host fills the input rows, and the rows that activation will write
+    # (so that the lanes it must leave alone hold something).
+    acc_rows = min(cfg.acc_depth, 10)
+    filled = min(cfg.ub_depth, inputs + acc_rows + 4)
     writes = [{"addr": a, "data": rng.integers(lo, hi, cfg.ub_lanes),
-               "mask": (1 << cfg.ub_lanes) - 1} for a in range(inputs)]
+               "mask": (1 << cfg.ub_lanes) - 1} for a in range(filled)]
     for w in writes:
         model.host_write(w["addr"], w["data"])
     host_write_codec = Codec(dut.host_write_layout)
@@ -66,7 +69,6 @@ async def bench_layer(io, cfg, rng, *, idle=0.2, stall=0.3, tiles=3):
 
     # Phase 2: tiles and matrix products; the host reads input rows meanwhile.
     weight_rows, commands = [], []
-    acc_rows = min(cfg.acc_depth, 10)
     written = set()
     for t in range(tiles):
         tile = rng.integers(lo, hi, (cfg.rows, cfg.cols))

@@ -24,7 +24,7 @@ PYSIM_CONFIGS = [
     Config(rows=1, cols=1, operand_width=4, acc_width=8, ub_depth=3, acc_depth=3,
            weight_fifo_tiles=2),
 ]
-BLOCKS = ["matrix_unit", "unified_buffer", "accumulators", "activation"]
+BLOCKS = ["matrix_unit", "unified_buffer", "accumulators", "activation", "datapath"]
 
 
 def rng_for(*names):

@@ -6,7 +6,7 @@ from tpuer.sim import cocotb_backend as backend
 
 from conftest import SIM_CONFIGS, require_simulator, seed
 
-BLOCKS = ["matrix_unit", "unified_buffer", "accumulators", "activation"]
+BLOCKS = ["matrix_unit", "unified_buffer", "accumulators", "activation", "datapath"]
 
 
 @pytest.mark.parametrize("cfg", SIM_CONFIGS, ids=lambda c: c.name)

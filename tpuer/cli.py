@@ -75,7 +75,10 @@ def _cmd_lint(parser, args):
 
 
 def _cmd_demo(parser, args):
+    import os
     from .demo import run_demo
+    if args.waves:
+        os.environ["TPUER_WAVES"] = "1"
     return run_demo(config_from_args(parser, args), simulator=args.simulator, m=args.m,
                     tiles=args.tiles, seed=args.seed)
 
@@ -113,6 +116,8 @@ def build_parser():
     demo.add_argument("--tiles", type=int, default=2,
                       help="weight tiles multiplied back to back (default 2)")
     demo.add_argument("--seed", type=int, default=2026)
+    demo.add_argument("--waves", action="store_true",
+                      help="write a waveform file (same as TPUER_WAVES=1)")
     add_config_arguments(demo)
     demo.set_defaults(run=_cmd_demo)
 

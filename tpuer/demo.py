@@ -73,6 +73,8 @@ def run_demo(cfg, *, simulator="verilator", m=16, tiles=2, seed=2026):
          f"weight-stall cycles {int(result['weight_stall_cycles'])}")
     _say(f"MXU utilisation while streaming: {100 * macs / (cfg.rows * cfg.cols * span):.1f}% "
          f"({macs} MACs); simulation took {seconds:.1f} s")
+    if built.waves:
+        _say(f"waveform: {backend.waves_file(built)} (open it with gtkwave or surfer)")
     if not match:
         bad = np.argwhere(got != want)[:5]
         _say(f"first differences at (tile, row, col): {bad.tolist()}")
