@@ -5,6 +5,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arith import saturate
+from .memory_ports import bounded_read
 
 __all__ = ["AccumulatorMemory"]
 
@@ -104,14 +105,8 @@ class AccumulatorMemory(wiring.Component):
             self.write_pending.eq(pending),
         ]
 
-        read_ok = self.read_addr < cfg.acc_depth
-        read_was_bad = Signal()
-        with m.If(self.read_en):
-            m.d.sync += read_was_bad.eq(~read_ok)
-        m.d.comb += [
-            read.addr.eq(self.read_addr),
-            read.en.eq(self.read_en & read_ok),
-            self.read_data.eq(Mux(read_was_bad, 0, read.data.as_value())),
-        ]
-        m.d.sync += self.range_error.eq((self.read_en & ~read_ok) | (self.write_en & ~write_ok))
+        read_data, read_bad = bounded_read(m, read, addr=self.read_addr, en=self.read_en,
+                                           depth=cfg.acc_depth)
+        m.d.comb += self.read_data.eq(read_data)
+        m.d.sync += self.range_error.eq(read_bad | (self.write_en & ~write_ok))
         return m

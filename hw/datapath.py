@@ -109,8 +109,8 @@ class Datapath(wiring.Component):
         m.submodules.feed = feed = fifo.SyncFIFO(width=feed_layout.size, depth=4)
         reading = Signal()                      # a matmul read was issued last cycle
         reading_cmd = Signal(self.matmul_layout)
-        issue = self.matmul.valid & (feed.level + reading < 6)
-        m.d.comb += self.matmul.ready.eq(feed.level + reading < 6)
+        issue = self.matmul.valid & (feed.level + reading < 3)
+        m.d.comb += self.matmul.ready.eq(feed.level + reading < 3)
         m.d.sync += reading.eq(issue)
         with m.If(issue):
             m.d.sync += reading_cmd.eq(self.matmul.payload)
@@ -150,51 +150,20 @@ class Datapath(wiring.Component):
             act.o.ready.eq(1),
         ]
 
-        # --- host accumulator reads, when activate does not read ------------------------
-        acc_host_wait = Signal()                # a host accumulator read is being returned
-        acc_host_issue = self.host_acc_read.valid & ~self.activate.valid & ~acc_host_wait
-        m.d.comb += self.host_acc_read.ready.eq(~self.activate.valid & ~acc_host_wait)
+        # --- host reads of both memories, when the datapath does not read -------------
+        acc_host_issue = _serve_host_reads(m, self.host_acc_read, self.host_acc_data,
+                                           acc.read_data, blocked=self.activate.valid)
         with m.If(self.activate.valid):
             m.d.comb += [acc.read_addr.eq(self.activate.payload.acc_addr), acc.read_en.eq(1)]
         with m.Elif(acc_host_issue):
             m.d.comb += [acc.read_addr.eq(self.host_acc_read.payload), acc.read_en.eq(1)]
-        acc_host_data = Signal.like(self.host_acc_data.payload)
-        acc_host_fresh = Signal()               # the read data is on acc.read_data now
-        m.d.sync += acc_host_fresh.eq(acc_host_issue)
-        with m.If(acc_host_issue):
-            m.d.sync += acc_host_wait.eq(1)
-        with m.If(acc_host_fresh):
-            m.d.sync += acc_host_data.eq(acc.read_data)
-        with m.If(self.host_acc_data.valid & self.host_acc_data.ready):
-            m.d.sync += acc_host_wait.eq(0)
-        acc_host_valid = Signal()
-        m.d.sync += acc_host_valid.eq((acc_host_valid | acc_host_fresh) &
-                                      ~(self.host_acc_data.valid & self.host_acc_data.ready))
-        m.d.comb += [self.host_acc_data.valid.eq(acc_host_valid),
-                     self.host_acc_data.payload.eq(acc_host_data)]
 
-        # --- UB read port: matmul first, then the host ----------------------------------
-        ub_host_wait = Signal()
-        ub_host_issue = self.host_read.valid & ~self.matmul.valid & ~ub_host_wait
-        m.d.comb += self.host_read.ready.eq(~self.matmul.valid & ~ub_host_wait)
+        ub_host_issue = _serve_host_reads(m, self.host_read, self.host_data, ub.read_data,
+                                          blocked=self.matmul.valid)
         with m.If(issue):
             m.d.comb += [ub.read_addr.eq(self.matmul.payload.ub_addr), ub.read_en.eq(1)]
         with m.Elif(ub_host_issue):
             m.d.comb += [ub.read_addr.eq(self.host_read.payload), ub.read_en.eq(1)]
-        ub_host_data = Signal.like(self.host_data.payload)
-        ub_host_fresh = Signal()
-        m.d.sync += ub_host_fresh.eq(ub_host_issue)
-        with m.If(ub_host_issue):
-            m.d.sync += ub_host_wait.eq(1)
-        with m.If(ub_host_fresh):
-            m.d.sync += ub_host_data.eq(ub.read_data)
-        with m.If(self.host_data.valid & self.host_data.ready):
-            m.d.sync += ub_host_wait.eq(0)
-        ub_host_valid = Signal()
-        m.d.sync += ub_host_valid.eq((ub_host_valid | ub_host_fresh) &
-                                     ~(self.host_data.valid & self.host_data.ready))
-        m.d.comb += [self.host_data.valid.eq(ub_host_valid),
-                     self.host_data.payload.eq(ub_host_data)]
 
         # --- UB write port: activated rows first, then the host -------------------------
         m.d.comb += self.host_write.ready.eq(~act.o.valid)
@@ -217,3 +186,27 @@ class Datapath(wiring.Component):
         ]
         return m
 
+
+def _serve_host_reads(m, request, response, read_data, *, blocked):
+    """One host read at a time on a shared memory read port.
+
+    A request is taken when ``blocked`` (the datapath's own read) is low and no earlier
+    answer waits; the row read is held on ``response`` until taken. Returns the signal
+    that is high in the cycle the host's address must be on the port.
+    """
+    waiting = Signal()          # a request was taken and its answer not yet
+    fresh = Signal()            # the port's data is the host's row this cycle
+    valid = Signal()
+    held = Signal.like(response.payload)
+    issue = request.valid & ~blocked & ~waiting
+    taken = response.valid & response.ready
+    m.d.comb += [request.ready.eq(~blocked & ~waiting),
+                 response.valid.eq(valid), response.payload.eq(held)]
+    m.d.sync += [fresh.eq(issue), valid.eq((valid | fresh) & ~taken)]
+    with m.If(fresh):
+        m.d.sync += held.eq(read_data)
+    with m.If(issue):
+        m.d.sync += waiting.eq(1)
+    with m.If(taken):
+        m.d.sync += waiting.eq(0)
+    return issue

@@ -1,8 +1,10 @@
 """The Unified Buffer: on-chip memory of int8 activation rows."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
+
+from .memory_ports import bounded_read
 
 __all__ = ["UnifiedBuffer"]
 
@@ -57,20 +59,14 @@ class UnifiedBuffer(wiring.Component):
         write = storage.write_port(granularity=1)
         read = storage.read_port()
 
-        read_ok = self.read_addr < cfg.ub_depth
+        read_data, read_bad = bounded_read(m, read, addr=self.read_addr, en=self.read_en,
+                                           depth=cfg.ub_depth)
         write_ok = self.write_addr < cfg.ub_depth
-        read_was_bad = Signal()
-        with m.If(self.read_en):
-            m.d.sync += read_was_bad.eq(~read_ok)
         m.d.comb += [
-            read.addr.eq(self.read_addr),
-            read.en.eq(self.read_en & read_ok),
-            self.read_data.eq(read.data),
+            self.read_data.eq(read_data),
             write.addr.eq(self.write_addr),
             write.data.eq(self.write_data),
             write.en.eq(self.write_mask & (self.write_en & write_ok).replicate(cfg.ub_lanes)),
         ]
-        with m.If(read_was_bad):
-            m.d.comb += self.read_data.eq(0)
-        m.d.sync += self.range_error.eq((self.read_en & ~read_ok) | (self.write_en & ~write_ok))
+        m.d.sync += self.range_error.eq(read_bad | (self.write_en & ~write_ok))
         return m
