@@ -21,6 +21,13 @@ class _Datapath:
         self.io, self.cfg, self.rng = io, cfg, rng
         self.dut = reference_instance(Datapath(cfg))
         self.model = DatapathModel(cfg)
+        # Every input idles until its phase: an undriven input is X in Icarus.
+        for name in ("weights", "matmul", "activate", "host_write", "host_read",
+                     "host_acc_read"):
+            io.set(f"{name}__valid", 0)
+        for name in ("host_data", "host_acc_data"):
+            io.set(f"{name}__ready", 0)
+        io.set("params", 0)
 
     def source(self, name, codec, items, idle):
         return StreamSource(name, codec, items, idle=idle,
