@@ -16,6 +16,8 @@ _CONFIG_OPTIONS = [
     ("ub_depth", "rows of the Unified Buffer"),
     ("acc_depth", "rows of the accumulator memory"),
     ("weight_fifo_tiles", "Weight FIFO depth in tiles"),
+    ("weight_tiles", "tiles in the weight memory"),
+    ("program_depth", "instructions in the instruction memory"),
 ]
 
 

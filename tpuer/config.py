@@ -48,6 +48,10 @@ class Config:
     weight_fifo_tiles : int
         Depth of the Weight FIFO in whole weight tiles (``rows`` rows each). 1 to 64, and
         at least 2 rows in all.
+    weight_tiles : int
+        Tiles the on-chip weight memory holds (``rows x cols`` weights each). 1 to 4096.
+    program_depth : int
+        Instructions the instruction memory holds. 2 to 65536.
 
     Raises
     ------
@@ -62,6 +66,8 @@ class Config:
     ub_depth: int = 256
     acc_depth: int = 256
     weight_fifo_tiles: int = 4
+    weight_tiles: int = 16
+    program_depth: int = 256
 
     def __post_init__(self):
         _check_int("rows", self.rows, 1, 256)
@@ -76,6 +82,8 @@ class Config:
         _check_int("ub_depth", self.ub_depth, 2, 65536)
         _check_int("acc_depth", self.acc_depth, 2, 65536)
         _check_int("weight_fifo_tiles", self.weight_fifo_tiles, 1, 64)
+        _check_int("weight_tiles", self.weight_tiles, 1, 4096)
+        _check_int("program_depth", self.program_depth, 2, 65536)
         if self.weight_fifo_tiles * self.rows < 2:
             raise ConfigError(
                 "the Weight FIFO must hold at least 2 rows to pass one row per cycle: "
@@ -141,6 +149,19 @@ class Config:
         return self.weight_fifo_tiles * self.rows
 
     @property
+    def weight_memory_depth(self):
+        """Weight memory depth in weight rows."""
+        return self.weight_tiles * self.rows
+
+    @property
+    def weight_addr_width(self):
+        return max(1, ceil_log2(self.weight_memory_depth))
+
+    @property
+    def program_addr_width(self):
+        return max(1, ceil_log2(self.program_depth))
+
+    @property
     def ub_addr_width(self):
         return max(1, ceil_log2(self.ub_depth))
 
@@ -155,8 +176,13 @@ class Config:
         base = f"{self.rows}x{self.cols}"
         if self == Config(rows=self.rows, cols=self.cols):
             return base
-        return (f"{base}-i{self.operand_width}a{self.acc_width}-ub{self.ub_depth}"
+        name = (f"{base}-i{self.operand_width}a{self.acc_width}-ub{self.ub_depth}"
                 f"-acc{self.acc_depth}-wf{self.weight_fifo_tiles}")
+        defaults = Config()
+        if (self.weight_tiles, self.program_depth) != (defaults.weight_tiles,
+                                                       defaults.program_depth):
+            name += f"-wm{self.weight_tiles}-pm{self.program_depth}"
+        return name
 
     def as_dict(self):
         return {f.name: getattr(self, f.name) for f in fields(self)}
