@@ -9,10 +9,11 @@ from .activation import ActivationUnit
 from .matrix_unit import MatrixUnit
 from .unified_buffer import UnifiedBuffer
 
-__all__ = ["Datapath"]
+__all__ = ["Datapath", "command_layouts"]
 
 
-def _command_layouts(cfg):
+def command_layouts(cfg):
+    """Payload layouts of the datapath's command streams."""
     ub_addr, acc_addr = cfg.ub_addr_width, cfg.acc_addr_width
     return {
         "matmul": data.StructLayout({"ub_addr": ub_addr, "acc_addr": acc_addr,
@@ -50,6 +51,11 @@ class Datapath(wiring.Component):
         Requantisation parameters; change them only while ``busy`` is low.
     busy : Out(1)
         Some command is still in flight.
+    matmul_busy, activate_busy : Out(1)
+        A ``matmul`` (up to its accumulator write) or an ``activate`` (up to its UB write)
+        is still in flight.
+    vector_issued : Out(1)
+        A vector entered the matrix unit this cycle (the MXU-busy counter counts these).
     weight_stall, overflow, range_error : Out(1)
         A ``new_tile`` is waiting for its weights; an accumulation saturated; a command
         named an address past the end of a memory (one-cycle pulses, as the blocks raise
@@ -63,7 +69,7 @@ class Datapath(wiring.Component):
 
     def __init__(self, cfg):
         self._cfg = cfg
-        layouts = _command_layouts(cfg)
+        layouts = command_layouts(cfg)
         self.matmul_layout = layouts["matmul"]
         self.activate_layout = layouts["activate"]
         self.host_write_layout = layouts["host_write"]
@@ -79,6 +85,9 @@ class Datapath(wiring.Component):
             "host_acc_read": In(stream.Signature(cfg.acc_addr_width)),
             "host_acc_data": Out(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.cols))),
             "busy": Out(1),
+            "matmul_busy": Out(1),
+            "activate_busy": Out(1),
+            "vector_issued": Out(1),
             "weight_stall": Out(1),
             "overflow": Out(1),
             "range_error": Out(1),
@@ -178,8 +187,10 @@ class Datapath(wiring.Component):
                          ub.write_mask.eq(self.host_write.payload.mask)]
 
         m.d.comb += [
-            self.busy.eq(reading | feed.r_rdy | mxu.busy | acc.write_pending | activating |
-                         act.busy),
+            self.matmul_busy.eq(reading | feed.r_rdy | mxu.busy | acc.write_pending),
+            self.activate_busy.eq(activating | act.busy),
+            self.busy.eq(self.matmul_busy | self.activate_busy),
+            self.vector_issued.eq(mxu.rows.valid & mxu.rows.ready),
             self.weight_stall.eq(mxu.weight_stall),
             self.overflow.eq(acc.overflow),
             self.range_error.eq(ub.range_error | acc.range_error),

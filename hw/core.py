@@ -1,0 +1,87 @@
+"""The TPU core: sequencer, weight memory and reader, and the datapath, joined."""
+
+from amaranth.hdl import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..isa import INSTRUCTION_BITS, CoreState, ErrorCode
+from .datapath import Datapath
+from .sequencer import Sequencer
+from .weight_reader import WeightReader
+
+__all__ = ["Core"]
+
+
+class Core(wiring.Component):
+    """A programmable TPU core in the manner of TPU v1.
+
+    The host loads a program (``program_write_*``) and weight tiles (``weight_write_*``),
+    pulses ``start``, feeds the rows that READ_HOST takes on ``host_in`` and takes the
+    rows WRITE_HOST sends on ``host_out``, and reads the status and the counters. See
+    :class:`~tpuer.hw.sequencer.Sequencer` for what each instruction does and waits for.
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        self.host_row_layout = data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes)
+        super().__init__({
+            "program_write_addr": In(cfg.program_addr_width),
+            "program_write_data": In(INSTRUCTION_BITS),
+            "program_write_en": In(1),
+            "weight_write_addr": In(cfg.weight_addr_width),
+            "weight_write_data": In(data.ArrayLayout(cfg.operand_shape, cfg.cols)),
+            "weight_write_en": In(1),
+            "start": In(1),
+            "start_pc": In(16),
+            "abort": In(1),
+            "state": Out(CoreState),
+            "error": Out(ErrorCode),
+            "error_pc": Out(17),
+            "cycles": Out(32),
+            "mxu_busy_cycles": Out(32),
+            "weight_stall_cycles": Out(32),
+            "instructions": Out(32),
+            "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
+            "host_out": Out(stream.Signature(self.host_row_layout)),
+        })
+
+    @property
+    def config(self):
+        return self._cfg
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        m.submodules.sequencer = seq = Sequencer(cfg)
+        m.submodules.datapath = dp = Datapath(cfg)
+        m.submodules.weight_reader = reader = WeightReader(cfg)
+
+        for name in ("matmul", "activate", "host_write", "host_read", "host_acc_read"):
+            wiring.connect(m, getattr(seq, name), getattr(dp, name))
+        wiring.connect(m, dp.host_data, seq.host_data)
+        wiring.connect(m, dp.host_acc_data, seq.host_acc_data)
+        wiring.connect(m, seq.weight_request, reader.request)
+        wiring.connect(m, reader.weights, dp.weights)
+        wiring.connect(m, wiring.flipped(self.host_in), seq.host_in)
+        wiring.connect(m, seq.host_out, wiring.flipped(self.host_out))
+        m.d.comb += [
+            dp.params.eq(seq.params),
+            seq.weight_reader_busy.eq(reader.busy),
+            seq.matmul_busy.eq(dp.matmul_busy),
+            seq.activate_busy.eq(dp.activate_busy),
+            seq.weight_stall.eq(dp.weight_stall),
+            seq.vector_issued.eq(dp.vector_issued),
+            seq.program_write_addr.eq(self.program_write_addr),
+            seq.program_write_data.eq(self.program_write_data),
+            seq.program_write_en.eq(self.program_write_en),
+            reader.write_addr.eq(self.weight_write_addr),
+            reader.write_data.eq(self.weight_write_data),
+            reader.write_en.eq(self.weight_write_en),
+            seq.start.eq(self.start),
+            seq.start_pc.eq(self.start_pc),
+            seq.abort.eq(self.abort),
+        ]
+        for name in ("state", "error", "error_pc", "cycles", "mxu_busy_cycles",
+                     "weight_stall_cycles", "instructions"):
+            m.d.comb += getattr(self, name).eq(getattr(seq, name))
+        return m

@@ -1,0 +1,306 @@
+"""The CISC instruction sequencer: program memory, decoder, hazard checks and issue."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..isa import (ALL_LANES, INSTRUCTION_BITS, INSTRUCTION_LAYOUT, ConfigParam, CoreState,
+                   ErrorCode, MatmulFlag, Opcode, WriteHostFlag)
+from .activation import ActivationUnit
+from .datapath import command_layouts
+
+__all__ = ["Sequencer"]
+
+
+class Sequencer(wiring.Component):
+    """Runs a program from its instruction memory, one instruction after another, driving
+    the datapath's command streams.
+
+    Every instruction is checked before it does anything; a bad one stops the core in state
+    ``ERROR`` with an :class:`~tpuer.isa.ErrorCode` and its index (``error_pc``), so the
+    core never writes outside a memory and never waits for a weight tile that no
+    READ_WEIGHTS asked for. Hazards are kept in hardware, conservatively: ACTIVATE and
+    WRITE_HOST of accumulators wait until every issued matrix row has been written; MATMUL,
+    READ_HOST, WRITE_HOST and CONFIG wait until every activated row has been written; SYNC
+    and HALT wait for everything, weight reads included. MATMUL rows stream one per cycle
+    and consecutive instructions follow without a gap: the next instruction is fetched in
+    the last cycle of the current one.
+
+    Members
+    -------
+    program_write_addr, program_write_data, program_write_en : In
+        The host's port into the instruction memory.
+    start, start_pc : In
+        A one-cycle ``start`` runs from ``start_pc`` (from any state but ``RUNNING``); it
+        clears the error and the counters.
+    abort : In
+        Stops a running program after the current step (state ``IDLE``).
+    state, error, error_pc : Out
+        The status register.
+    cycles, mxu_busy_cycles, weight_stall_cycles, instructions : Out(32)
+        Performance counters of the last run: cycles running, cycles a vector entered the
+        matrix unit, cycles a vector waited for its weight tile, instructions retired.
+    matmul, activate, host_write, host_read, host_acc_read, params : Out
+        Commands to the datapath (see :class:`Datapath`).
+    host_data, host_acc_data : In
+        The datapath's answers to WRITE_HOST's reads.
+    host_in : In(stream)
+        Rows from the host for READ_HOST.
+    host_out : Out(stream)
+        Rows for the host from WRITE_HOST: Unified Buffer rows (operands, sign-extended) or
+        accumulator rows (in lanes ``0 .. cols - 1``), as accumulator-width lanes.
+    weight_request : Out(stream)
+        READ_WEIGHTS requests to the weight reader; ``weight_reader_busy`` In.
+    matmul_busy, activate_busy, weight_stall, vector_issued : In
+        The datapath's status.
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        layouts = command_layouts(cfg)
+        self.host_row_layout = data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes)
+        super().__init__({
+            "program_write_addr": In(cfg.program_addr_width),
+            "program_write_data": In(INSTRUCTION_BITS),
+            "program_write_en": In(1),
+            "start": In(1),
+            "start_pc": In(16),
+            "abort": In(1),
+            "state": Out(CoreState),
+            "error": Out(ErrorCode),
+            "error_pc": Out(17),
+            "cycles": Out(32),
+            "mxu_busy_cycles": Out(32),
+            "weight_stall_cycles": Out(32),
+            "instructions": Out(32),
+            "matmul": Out(stream.Signature(layouts["matmul"])),
+            "activate": Out(stream.Signature(layouts["activate"])),
+            "host_write": Out(stream.Signature(layouts["host_write"])),
+            "host_read": Out(stream.Signature(cfg.ub_addr_width)),
+            "host_acc_read": Out(stream.Signature(cfg.acc_addr_width)),
+            "host_data": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
+            "host_acc_data": In(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.cols))),
+            # After reset: multiplier ~1.0 (2**31 - 1), everything else 0, as in the model.
+            "params": Out(ActivationUnit.params_layout_for(cfg),
+                          init={"multiplier": [(1 << 31) - 1] * cfg.cols}),
+            "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
+            "host_out": Out(stream.Signature(self.host_row_layout)),
+            "weight_request": Out(stream.Signature(data.StructLayout({"tile": 16,
+                                                                      "tiles": 16}))),
+            "weight_reader_busy": In(1),
+            "matmul_busy": In(1),
+            "activate_busy": In(1),
+            "weight_stall": In(1),
+            "vector_issued": In(1),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        m.submodules.program = program = memory.Memory(
+            shape=INSTRUCTION_BITS, depth=cfg.program_depth, init=[])
+        write = program.write_port()
+        fetch = program.read_port()
+        m.d.comb += [write.addr.eq(self.program_write_addr),
+                     write.data.eq(self.program_write_data),
+                     write.en.eq(self.program_write_en)]
+
+        instr = data.View(INSTRUCTION_LAYOUT, fetch.data)
+        pc = Signal(17)
+        step = Signal(16)               # rows done of the current instruction
+        tiles = Signal(range(cfg.weight_fifo_tiles + 2))   # read but not yet switched in
+        answer_pending = Signal()       # WRITE_HOST: a row was requested, not yet sent
+        m.d.comb += [fetch.addr.eq(pc), fetch.en.eq(0)]
+
+        # --- decode and check ------------------------------------------------------------
+        op, flags, a, b, n = instr.opcode, instr.flags, instr.a, instr.b, instr.count
+        is_op = {code: op == code.value for code in Opcode}
+        defined_flags = Mux(is_op[Opcode.MATMUL], MatmulFlag.ACCUMULATE | MatmulFlag.SWITCH,
+                            Mux(is_op[Opcode.WRITE_HOST], WriteHostFlag.FROM_ACC, 0))
+        ub_over = lambda start: (start + n) > cfg.ub_depth
+        acc_over = lambda start: (start + n) > cfg.acc_depth
+        from_acc = flags[0]
+        switch = flags[1]
+        value = Cat(a, b).as_signed()
+        lane = n
+        param = flags
+        config_low = Signal(signed(33))
+        config_high = Signal(signed(33))
+        with m.Switch(param):
+            for p, (low, high) in {
+                    ConfigParam.BIAS: (cfg.acc_min, cfg.acc_max),
+                    ConfigParam.MULTIPLIER: (-(1 << 31), (1 << 31) - 1),
+                    ConfigParam.SHIFT: (0, cfg.max_shift),
+                    ConfigParam.ZERO_POINT: (cfg.operand_min, cfg.operand_max),
+                    ConfigParam.RELU: (0, 1)}.items():
+                with m.Case(int(p)):
+                    m.d.comb += [config_low.eq(low), config_high.eq(high)]
+        error = Signal(ErrorCode)
+        checks = [
+            (~Cat(*(is_op[code] for code in Opcode)).any(), ErrorCode.BAD_OPCODE),
+            (instr.reserved != 0, ErrorCode.BAD_FIELD),
+            (is_op[Opcode.CONFIG] & (flags > max(ConfigParam)), ErrorCode.BAD_FIELD),
+            (~is_op[Opcode.CONFIG] & ((flags & ~defined_flags) != 0), ErrorCode.BAD_FIELD),
+            (is_op[Opcode.READ_HOST] & ub_over(a), ErrorCode.UB_RANGE),
+            (is_op[Opcode.WRITE_HOST] & from_acc & acc_over(a), ErrorCode.ACC_RANGE),
+            (is_op[Opcode.WRITE_HOST] & ~from_acc & ub_over(a), ErrorCode.UB_RANGE),
+            (is_op[Opcode.READ_WEIGHTS] & ((a + n) > cfg.weight_tiles), ErrorCode.WEIGHT_RANGE),
+            (is_op[Opcode.READ_WEIGHTS] & ((tiles + n) > cfg.weight_fifo_tiles + 1),
+             ErrorCode.WEIGHT_OVERFLOW),
+            (is_op[Opcode.MATMUL] & ub_over(a), ErrorCode.UB_RANGE),
+            (is_op[Opcode.MATMUL] & acc_over(b), ErrorCode.ACC_RANGE),
+            (is_op[Opcode.MATMUL] & (n != 0) & switch & (tiles == 0) & (step == 0),
+             ErrorCode.NO_WEIGHTS),
+            (is_op[Opcode.ACTIVATE] & acc_over(a), ErrorCode.ACC_RANGE),
+            (is_op[Opcode.ACTIVATE] & ub_over(b), ErrorCode.UB_RANGE),
+            (is_op[Opcode.CONFIG] & (lane != ALL_LANES) & (lane >= cfg.cols),
+             ErrorCode.BAD_CONFIG),
+            (is_op[Opcode.CONFIG] & ((value < config_low) | (value > config_high)),
+             ErrorCode.BAD_CONFIG),
+        ]
+        chosen = ErrorCode.NONE
+        for condition, code in reversed(checks):   # the first failing check wins
+            chosen = Mux(condition, code, chosen)
+        m.d.comb += error.eq(chosen)
+
+        # --- status and counters ---------------------------------------------------------
+        running = Signal()
+        m.d.comb += running.eq(self.state == CoreState.RUNNING)
+        with m.If(running):
+            m.d.sync += [
+                self.cycles.eq(self.cycles + 1),
+                self.mxu_busy_cycles.eq(self.mxu_busy_cycles + self.vector_issued),
+                self.weight_stall_cycles.eq(self.weight_stall_cycles + self.weight_stall),
+            ]
+
+        params = self.params
+        all_idle = ~self.matmul_busy & ~self.activate_busy & ~self.weight_reader_busy
+        last_step = step + 1 == n
+
+        def retire():
+            m.d.sync += [pc.eq(pc + 1), step.eq(0), self.instructions.eq(self.instructions + 1)]
+            m.d.comb += [fetch.addr.eq(pc + 1), fetch.en.eq(1)]
+
+        def stop(state):
+            m.d.sync += self.state.eq(state)
+            m.next = "Idle"
+
+        with m.FSM(name="sequencer"):
+            with m.State("Idle"):
+                with m.If(self.start):
+                    m.d.sync += [pc.eq(self.start_pc), step.eq(0), answer_pending.eq(0),
+                                 self.state.eq(CoreState.RUNNING),
+                                 self.error.eq(ErrorCode.NONE), self.error_pc.eq(0),
+                                 self.cycles.eq(0), self.mxu_busy_cycles.eq(0),
+                                 self.weight_stall_cycles.eq(0), self.instructions.eq(0)]
+                    m.d.comb += [fetch.addr.eq(self.start_pc), fetch.en.eq(1)]
+                    m.next = "Run"
+
+            with m.State("Run"):
+                with m.If(self.abort):
+                    stop(CoreState.IDLE)
+                with m.Elif(pc >= cfg.program_depth):
+                    m.d.sync += [self.error.eq(ErrorCode.PROGRAM_END), self.error_pc.eq(pc)]
+                    stop(CoreState.ERROR)
+                with m.Elif(error != ErrorCode.NONE):
+                    m.d.sync += [self.error.eq(error), self.error_pc.eq(pc)]
+                    stop(CoreState.ERROR)
+                with m.Elif(is_op[Opcode.NOP]):
+                    retire()
+                with m.Elif(is_op[Opcode.HALT]):
+                    with m.If(all_idle):
+                        m.d.sync += self.instructions.eq(self.instructions + 1)
+                        stop(CoreState.HALTED)
+                with m.Elif(is_op[Opcode.SYNC]):
+                    with m.If(all_idle):
+                        retire()
+                with m.Elif((n == 0) & ~is_op[Opcode.CONFIG]):
+                    retire()     # a zero count does nothing (CONFIG's count is a lane)
+                with m.Elif(is_op[Opcode.CONFIG]):
+                    with m.If(~self.activate_busy):
+                        retire()
+                        with m.Switch(param):
+                            for p, target in ((ConfigParam.BIAS, params.bias),
+                                              (ConfigParam.MULTIPLIER, params.multiplier),
+                                              (ConfigParam.SHIFT, params.shift)):
+                                with m.Case(int(p)):
+                                    for index in range(cfg.cols):
+                                        with m.If((lane == ALL_LANES) | (lane == index)):
+                                            m.d.sync += target[index].eq(value)
+                            with m.Case(int(ConfigParam.ZERO_POINT)):
+                                m.d.sync += params.zero_point.eq(value)
+                            with m.Case(int(ConfigParam.RELU)):
+                                m.d.sync += params.relu.eq(value[0])
+                with m.Elif(is_op[Opcode.READ_HOST]):
+                    with m.If(~self.activate_busy):
+                        m.d.comb += [
+                            self.host_write.valid.eq(self.host_in.valid),
+                            self.host_write.payload.addr.eq(a + step),
+                            self.host_write.payload.data.eq(self.host_in.payload),
+                            self.host_write.payload.mask.eq((1 << cfg.ub_lanes) - 1),
+                            self.host_in.ready.eq(self.host_write.ready),
+                        ]
+                        with m.If(self.host_in.valid & self.host_write.ready):
+                            m.d.sync += step.eq(step + 1)
+                            with m.If(last_step):
+                                retire()
+                with m.Elif(is_op[Opcode.WRITE_HOST]):
+                    with m.If(~self.activate_busy & ~(from_acc & self.matmul_busy)):
+                        with m.If(~answer_pending):
+                            with m.If(from_acc):
+                                m.d.comb += [self.host_acc_read.valid.eq(1),
+                                             self.host_acc_read.payload.eq(a + step)]
+                                with m.If(self.host_acc_read.ready):
+                                    m.d.sync += answer_pending.eq(1)
+                            with m.Else():
+                                m.d.comb += [self.host_read.valid.eq(1),
+                                             self.host_read.payload.eq(a + step)]
+                                with m.If(self.host_read.ready):
+                                    m.d.sync += answer_pending.eq(1)
+                        with m.Else():
+                            source = Mux(from_acc, self.host_acc_data.valid, self.host_data.valid)
+                            m.d.comb += [self.host_out.valid.eq(source),
+                                         self.host_acc_data.ready.eq(from_acc & self.host_out.ready),
+                                         self.host_data.ready.eq(~from_acc & self.host_out.ready)]
+                            for index in range(cfg.ub_lanes):
+                                ub_lane = self.host_data.payload[index]
+                                acc_lane = (self.host_acc_data.payload[index]
+                                            if index < cfg.cols else Const(0, cfg.acc_shape))
+                                m.d.comb += self.host_out.payload[index].eq(
+                                    Mux(from_acc, acc_lane, ub_lane))
+                            with m.If(source & self.host_out.ready):
+                                m.d.sync += [answer_pending.eq(0), step.eq(step + 1)]
+                                with m.If(last_step):
+                                    retire()
+                with m.Elif(is_op[Opcode.READ_WEIGHTS]):
+                    m.d.comb += [self.weight_request.valid.eq(1),
+                                 self.weight_request.payload.tile.eq(a),
+                                 self.weight_request.payload.tiles.eq(n)]
+                    with m.If(self.weight_request.ready):
+                        m.d.sync += tiles.eq(tiles + n)
+                        retire()
+                with m.Elif(is_op[Opcode.MATMUL]):
+                    with m.If(~self.activate_busy):
+                        m.d.comb += [
+                            self.matmul.valid.eq(1),
+                            self.matmul.payload.ub_addr.eq(a + step),
+                            self.matmul.payload.acc_addr.eq(b + step),
+                            self.matmul.payload.accumulate.eq(flags[0]),
+                            self.matmul.payload.new_tile.eq(switch & (step == 0)),
+                        ]
+                        with m.If(self.matmul.ready):
+                            m.d.sync += step.eq(step + 1)
+                            with m.If(switch & (step == 0)):
+                                m.d.sync += tiles.eq(tiles - 1)
+                            with m.If(last_step):
+                                retire()
+                with m.Elif(is_op[Opcode.ACTIVATE]):
+                    with m.If(~self.matmul_busy):
+                        m.d.comb += [self.activate.valid.eq(1),
+                                     self.activate.payload.acc_addr.eq(a + step),
+                                     self.activate.payload.ub_addr.eq(b + step)]
+                        with m.If(self.activate.ready):
+                            m.d.sync += step.eq(step + 1)
+                            with m.If(last_step):
+                                retire()
+        return m

@@ -1,0 +1,72 @@
+"""The weight memory and its reader: whole tiles out to the Weight FIFO on request."""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["WeightReader"]
+
+
+class WeightReader(wiring.Component):
+    """On-chip weight memory of ``cfg.weight_tiles`` tiles, and the engine that streams
+    requested tiles out, row 0 of each tile first, one row per cycle while ``weights`` takes
+    them.
+
+    Members
+    -------
+    write_addr, write_data, write_en : In
+        The host's write port (a row address: ``tile * rows + row``).
+    request : In(stream.Signature(StructLayout({"tile", "tiles"})))
+        Read ``tiles`` tiles from ``tile`` on; taken whenever the previous request has
+        issued its last read. The requester checks the range.
+    weights : Out(stream.Signature(ArrayLayout(operand, cols)))
+        The rows, in order.
+    busy : Out(1)
+        A requested row has not yet left on ``weights``.
+
+    Latency: the first row of a request is offered 1 cycle after the request is taken.
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        self.row_layout = data.ArrayLayout(cfg.operand_shape, cfg.cols)
+        self.request_layout = data.StructLayout({"tile": 16, "tiles": 16})
+        super().__init__({
+            "write_addr": In(cfg.weight_addr_width),
+            "write_data": In(self.row_layout),
+            "write_en": In(1),
+            "request": In(stream.Signature(self.request_layout)),
+            "weights": Out(stream.Signature(self.row_layout)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        m.submodules.storage = storage = memory.Memory(
+            shape=self.row_layout, depth=cfg.weight_memory_depth, init=[])
+        write = storage.write_port()
+        read = storage.read_port()
+        m.d.comb += [write.addr.eq(self.write_addr), write.data.eq(self.write_data),
+                     write.en.eq(self.write_en)]
+
+        next_addr = Signal(range(cfg.weight_memory_depth + 1))
+        remaining = Signal(range(cfg.weight_memory_depth + 1))
+        have_row = Signal()         # read.data holds a row not yet taken
+        advance = ~have_row | self.weights.ready
+        m.d.comb += [
+            self.weights.valid.eq(have_row),
+            self.weights.payload.eq(read.data),
+            read.addr.eq(next_addr),
+            read.en.eq(advance & (remaining != 0)),
+            self.request.ready.eq(remaining == 0),
+            self.busy.eq((remaining != 0) | have_row),
+        ]
+        with m.If(advance):
+            m.d.sync += have_row.eq(remaining != 0)
+            with m.If(remaining != 0):
+                m.d.sync += [next_addr.eq(next_addr + 1), remaining.eq(remaining - 1)]
+        with m.If(self.request.valid & self.request.ready):
+            m.d.sync += [next_addr.eq(self.request.payload.tile * cfg.rows),
+                         remaining.eq(self.request.payload.tiles * cfg.rows)]
+        return m

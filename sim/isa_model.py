@@ -1,0 +1,210 @@
+"""ISA-level golden model of the TPU core: executes a program on NumPy state, bit-exactly,
+with the same error codes as the hardware and the counters that are exact."""
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..isa import (ALL_LANES, ConfigParam, CoreState, ErrorCode, Instruction, MatmulFlag,
+                   Opcode, WriteHostFlag)
+from .accumulator_model import AccumulatorModel
+from .activation_model import ActivationParams, requantize
+from .numerics import check_range
+from .unified_buffer_model import UnifiedBufferModel
+
+__all__ = ["CoreModel", "RunResult"]
+
+
+@dataclass
+class RunResult:
+    """What a run ends with: the state, the error and where it happened, the rows sent to
+    the host, and the counters the model knows exactly."""
+    state: CoreState
+    error: ErrorCode = ErrorCode.NONE
+    error_pc: int = 0
+    host_out: list = field(default_factory=list)
+    instructions: int = 0
+    mxu_busy_cycles: int = 0
+    macs: int = 0
+
+
+class CoreModel:
+    """The architectural state of one TPU core and a program interpreter over it.
+
+    State: instruction memory, weight memory (tiles), Unified Buffer, accumulators, the
+    queue of weight tiles read but not yet switched in, the active tile, and the activation
+    parameters. Memories keep their contents from run to run, as in the hardware.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.program = [0] * cfg.program_depth
+        self.weights = np.zeros((cfg.weight_tiles, cfg.rows, cfg.cols), dtype=np.int64)
+        self.ub = UnifiedBufferModel(cfg)
+        self.acc = AccumulatorModel(cfg)
+        self.tiles = deque()
+        self.active = np.zeros((cfg.rows, cfg.cols), dtype=np.int64)
+        self.bias = np.zeros(cfg.cols, dtype=np.int64)
+        self.multiplier = np.full(cfg.cols, (1 << 31) - 1, dtype=np.int64)
+        self.shift = np.zeros(cfg.cols, dtype=np.int64)
+        self.zero_point = 0
+        self.relu = False
+
+    # --- what the host does directly ----------------------------------------------------
+
+    def load_program(self, words, start=0):
+        words = [int(w.encode() if isinstance(w, Instruction) else w) for w in words]
+        if start < 0 or start + len(words) > self.cfg.program_depth:
+            raise ValueError(f"a program of {len(words)} instructions at {start} does not fit "
+                             f"the instruction memory of {self.cfg.program_depth}")
+        self.program[start:start + len(words)] = words
+
+    def load_weights(self, tile_index, tiles):
+        cfg = self.cfg
+        tiles = check_range("weights", tiles, cfg.operand_min, cfg.operand_max)
+        if tiles.ndim != 3 or tiles.shape[1:] != (cfg.rows, cfg.cols):
+            raise ValueError(f"weight tiles must have shape (n, {cfg.rows}, {cfg.cols}), "
+                             f"not {tiles.shape}")
+        if tile_index < 0 or tile_index + len(tiles) > cfg.weight_tiles:
+            raise ValueError(f"{len(tiles)} tiles at {tile_index} do not fit the weight "
+                             f"memory of {cfg.weight_tiles} tiles")
+        self.weights[tile_index:tile_index + len(tiles)] = tiles
+
+    def activation_params(self):
+        return ActivationParams(self.cfg, bias=self.bias, multiplier=self.multiplier,
+                                shift=self.shift, zero_point=self.zero_point, relu=self.relu)
+
+    # --- execution ----------------------------------------------------------------------
+
+    def check(self, instr):
+        """The error an instruction raises in the current state, or ``ErrorCode.NONE``."""
+        cfg = self.cfg
+        op = instr.op
+        if op is None:
+            return ErrorCode.BAD_OPCODE
+        if instr.reserved:
+            return ErrorCode.BAD_FIELD
+        if op is Opcode.CONFIG:
+            if instr.flags > max(ConfigParam):
+                return ErrorCode.BAD_FIELD
+        else:
+            defined = {Opcode.MATMUL: int(MatmulFlag.ACCUMULATE | MatmulFlag.SWITCH),
+                       Opcode.WRITE_HOST: int(WriteHostFlag.FROM_ACC)}.get(op, 0)
+            if instr.flags & ~defined:
+                return ErrorCode.BAD_FIELD
+        a, b, n = instr.a, instr.b, instr.count
+        ub_ok = lambda start: start + n <= cfg.ub_depth
+        acc_ok = lambda start: start + n <= cfg.acc_depth
+        if op is Opcode.READ_HOST and not ub_ok(a):
+            return ErrorCode.UB_RANGE
+        if op is Opcode.WRITE_HOST:
+            if instr.flags & WriteHostFlag.FROM_ACC:
+                if not acc_ok(a):
+                    return ErrorCode.ACC_RANGE
+            elif not ub_ok(a):
+                return ErrorCode.UB_RANGE
+        if op is Opcode.READ_WEIGHTS:
+            if a + n > cfg.weight_tiles:
+                return ErrorCode.WEIGHT_RANGE
+            if len(self.tiles) + n > cfg.weight_fifo_tiles + 1:
+                return ErrorCode.WEIGHT_OVERFLOW
+        if op is Opcode.MATMUL:
+            if not ub_ok(a):
+                return ErrorCode.UB_RANGE
+            if not acc_ok(b):
+                return ErrorCode.ACC_RANGE
+            if n and instr.flags & MatmulFlag.SWITCH and not self.tiles:
+                return ErrorCode.NO_WEIGHTS
+        if op is Opcode.ACTIVATE:
+            if not acc_ok(a):
+                return ErrorCode.ACC_RANGE
+            if not ub_ok(b):
+                return ErrorCode.UB_RANGE
+        if op is Opcode.CONFIG:
+            lane, value = instr.count, instr.value
+            param = ConfigParam(instr.flags)
+            if lane != ALL_LANES and lane >= cfg.cols:
+                return ErrorCode.BAD_CONFIG
+            limits = {ConfigParam.BIAS: (cfg.acc_min, cfg.acc_max),
+                      ConfigParam.MULTIPLIER: (-(1 << 31), (1 << 31) - 1),
+                      ConfigParam.SHIFT: (0, cfg.max_shift),
+                      ConfigParam.ZERO_POINT: (cfg.operand_min, cfg.operand_max),
+                      ConfigParam.RELU: (0, 1)}[param]
+            if not limits[0] <= value <= limits[1]:
+                return ErrorCode.BAD_CONFIG
+        return ErrorCode.NONE
+
+    def run(self, start=0, host_in=(), max_instructions=1_000_000):
+        """Execute from ``start`` until HALT or an error. ``host_in`` supplies the rows that
+        READ_HOST takes, in order. Returns a :class:`RunResult`."""
+        cfg = self.cfg
+        host_rows = deque(np.asarray(row, dtype=np.int64) for row in host_in)
+        result = RunResult(state=CoreState.RUNNING)
+        pc = start
+        while True:
+            if pc >= cfg.program_depth:
+                result.state, result.error, result.error_pc = \
+                    CoreState.ERROR, ErrorCode.PROGRAM_END, pc
+                return result
+            instr = Instruction.decode(self.program[pc])
+            error = self.check(instr)
+            if error is not ErrorCode.NONE:
+                result.state, result.error, result.error_pc = CoreState.ERROR, error, pc
+                return result
+            if result.instructions >= max_instructions:
+                raise RuntimeError(f"more than {max_instructions} instructions: a loop?")
+            self._execute(instr, host_rows, result)
+            result.instructions += 1
+            if instr.op is Opcode.HALT:
+                result.state = CoreState.HALTED
+                return result
+            pc += 1
+
+    def _execute(self, instr, host_rows, result):
+        cfg = self.cfg
+        op, a, b, n = instr.op, instr.a, instr.b, instr.count
+        if op is Opcode.READ_HOST:
+            for k in range(n):
+                if not host_rows:
+                    raise RuntimeError("READ_HOST wants more host rows than were supplied")
+                row = host_rows.popleft()
+                if row.shape != (cfg.ub_lanes,):
+                    raise ValueError(f"a host row has {cfg.ub_lanes} lanes, not {row.shape}")
+                self.ub.write(a + k, row)
+        elif op is Opcode.WRITE_HOST:
+            source = self.acc if instr.flags & WriteHostFlag.FROM_ACC else self.ub
+            for k in range(n):
+                result.host_out.append(source.read(a + k))
+        elif op is Opcode.READ_WEIGHTS:
+            for t in range(n):
+                self.tiles.append(self.weights[a + t].copy())
+        elif op is Opcode.MATMUL:
+            if n and instr.flags & MatmulFlag.SWITCH:
+                self.active = self.tiles.popleft()
+            accumulate = bool(instr.flags & MatmulFlag.ACCUMULATE)
+            for k in range(n):
+                x = self.ub.read(a + k)[:cfg.rows]
+                self.acc.write(b + k, x @ self.active, accumulate)
+            result.mxu_busy_cycles += n
+            result.macs += n * cfg.rows * cfg.cols
+        elif op is Opcode.ACTIVATE:
+            params = self.activation_params()
+            mask = np.arange(cfg.ub_lanes) < cfg.cols
+            for k in range(n):
+                row = np.zeros(cfg.ub_lanes, dtype=np.int64)
+                row[:cfg.cols] = requantize(self.acc.read(a + k), params)
+                self.ub.write(b + k, row, mask)
+        elif op is Opcode.CONFIG:
+            param, value = ConfigParam(instr.flags), instr.value
+            lanes = slice(None) if instr.count == ALL_LANES else instr.count
+            if param is ConfigParam.BIAS:
+                self.bias[lanes] = value
+            elif param is ConfigParam.MULTIPLIER:
+                self.multiplier[lanes] = value
+            elif param is ConfigParam.SHIFT:
+                self.shift[lanes] = value
+            elif param is ConfigParam.ZERO_POINT:
+                self.zero_point = value
+            else:
+                self.relu = bool(value)
