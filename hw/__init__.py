@@ -9,6 +9,8 @@ from .unified_buffer import UnifiedBuffer
 from .accumulators import AccumulatorMemory
 from .activation import ActivationUnit
 from .datapath import Datapath
+from .core import Core
 
 __all__ = ["ProcessingElement", "SystolicArray", "DiagonalSkew", "WeightFIFO", "MatrixUnit",
-           "UnifiedBuffer", "AccumulatorMemory", "ActivationUnit", "Datapath"]
+           "UnifiedBuffer", "AccumulatorMemory", "ActivationUnit", "Datapath",
+           "Core"]

@@ -33,7 +33,7 @@ class Core(wiring.Component):
             "weight_write_en": In(1),
             "start": In(1),
             "start_pc": In(16),
-            "abort": In(1),
+            "abort_run": In(1),
             "state": Out(CoreState),
             "error": Out(ErrorCode),
             "error_pc": Out(17),
@@ -79,7 +79,7 @@ class Core(wiring.Component):
             reader.write_en.eq(self.weight_write_en),
             seq.start.eq(self.start),
             seq.start_pc.eq(self.start_pc),
-            seq.abort.eq(self.abort),
+            seq.abort_run.eq(self.abort_run),
         ]
         for name in ("state", "error", "error_pc", "cycles", "mxu_busy_cycles",
                      "weight_stall_cycles", "instructions"):

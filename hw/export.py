@@ -36,6 +36,7 @@ def blocks():
     """The blocks that can be exported or simulated on their own, by name."""
     from .accumulators import AccumulatorMemory
     from .activation import ActivationUnit
+    from .core import Core
     from .datapath import Datapath
     from .matrix_unit import MatrixUnit
     from .systolic_array import SystolicArray
@@ -49,6 +50,7 @@ def blocks():
         "accumulators": AccumulatorMemory,
         "activation": ActivationUnit,
         "datapath": Datapath,
+        "core": Core,
     }
 
 

@@ -13,6 +13,9 @@ VERILATOR_WAIVERS = {
                    "so FPGA bitstreams start in the reset state.",
     "UNUSEDSIGNAL": "Amaranth names intermediate values of which only some bits are used "
                     "(the carry of a saturating add, the unused read port fields).",
+    "CASEINCOMPLETE": "Amaranth assigns every signal its default before a case statement, "
+                      "so a case that lists only some values (an FSM state, an opcode) "
+                      "leaves the others at that default, as intended.",
     "DECLFILENAME": "The module is named `top` in a file of another name, by choice of the "
                     "build flow.",
 }

@@ -33,7 +33,7 @@ class Sequencer(wiring.Component):
     start, start_pc : In
         A one-cycle ``start`` runs from ``start_pc`` (from any state but ``RUNNING``); it
         clears the error and the counters.
-    abort : In
+    abort_run : In
         Stops a running program after the current step (state ``IDLE``).
     state, error, error_pc : Out
         The status register.
@@ -65,7 +65,7 @@ class Sequencer(wiring.Component):
             "program_write_en": In(1),
             "start": In(1),
             "start_pc": In(16),
-            "abort": In(1),
+            "abort_run": In(1),
             "state": Out(CoreState),
             "error": Out(ErrorCode),
             "error_pc": Out(17),
@@ -115,8 +115,10 @@ class Sequencer(wiring.Component):
         # --- decode and check ------------------------------------------------------------
         op, flags, a, b, n = instr.opcode, instr.flags, instr.a, instr.b, instr.count
         is_op = {code: op == code.value for code in Opcode}
-        defined_flags = Mux(is_op[Opcode.MATMUL], MatmulFlag.ACCUMULATE | MatmulFlag.SWITCH,
-                            Mux(is_op[Opcode.WRITE_HOST], WriteHostFlag.FROM_ACC, 0))
+        defined_flags = Signal(4)     # as wide as the field, so ~ covers every bit
+        m.d.comb += defined_flags.eq(
+            Mux(is_op[Opcode.MATMUL], MatmulFlag.ACCUMULATE | MatmulFlag.SWITCH,
+                Mux(is_op[Opcode.WRITE_HOST], WriteHostFlag.FROM_ACC, 0)))
         ub_over = lambda start: (start + n) > cfg.ub_depth
         acc_over = lambda start: (start + n) > cfg.acc_depth
         from_acc = flags[0]
@@ -197,7 +199,7 @@ class Sequencer(wiring.Component):
                     m.next = "Run"
 
             with m.State("Run"):
-                with m.If(self.abort):
+                with m.If(self.abort_run):
                     stop(CoreState.IDLE)
                 with m.Elif(pc >= cfg.program_depth):
                     m.d.sync += [self.error.eq(ErrorCode.PROGRAM_END), self.error_pc.eq(pc)]

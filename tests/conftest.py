@@ -14,6 +14,16 @@ SIM_CONFIGS = [
     Config(rows=4, cols=8, ub_depth=100, acc_depth=60, weight_fifo_tiles=4),
 ]
 
+#: The core runs whole programs and dumps its memories after each, so its memories are
+#: kept small; the array sizes are those above.
+CORE_CONFIGS = [
+    Config(rows=2, cols=2, ub_depth=12, acc_depth=8, weight_tiles=4, program_depth=64),
+    Config(rows=4, cols=4, ub_depth=16, acc_depth=12, weight_tiles=6, program_depth=64),
+    Config(rows=8, cols=8, ub_depth=24, acc_depth=16, weight_tiles=8, program_depth=64),
+    Config(rows=4, cols=8, ub_depth=20, acc_depth=10, weight_tiles=6, program_depth=64,
+           weight_fifo_tiles=2),
+]
+
 
 def pytest_addoption(parser):
     parser.addoption("--waves", action="store_true",

@@ -15,7 +15,7 @@ from tpuer.hw.export import build_block
 from tpuer.tb import blocks_tb
 from tpuer.tb.pysim import run_pysim
 
-from conftest import seed
+from conftest import CORE_CONFIGS, seed
 
 PYSIM_CONFIGS = [
     Config(rows=2, cols=2),
@@ -44,6 +44,13 @@ def test_block(block, cfg, bench):
     benches = importlib.import_module(f"tpuer.tb.{block}_tb").BENCHES
     cycles = run_pysim(build_block(block, cfg), benches[bench], cfg, rng_for(block, bench, cfg))
     assert cycles > 0
+
+
+@pytest.mark.parametrize("bench", list(importlib.import_module("tpuer.tb.core_tb").BENCHES))
+@pytest.mark.parametrize("cfg", CORE_CONFIGS[:2], ids=lambda c: c.name)
+def test_core(cfg, bench):
+    benches = importlib.import_module("tpuer.tb.core_tb").BENCHES
+    run_pysim(build_block("core", cfg), benches[bench], cfg, rng_for("core", bench, cfg))
 
 
 @pytest.mark.parametrize("cfg", PYSIM_CONFIGS, ids=lambda c: c.name)

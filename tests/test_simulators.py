@@ -4,7 +4,7 @@ import pytest
 
 from tpuer.sim import cocotb_backend as backend
 
-from conftest import SIM_CONFIGS, require_simulator, seed
+from conftest import CORE_CONFIGS, SIM_CONFIGS, require_simulator, seed
 
 BLOCKS = ["matrix_unit", "unified_buffer", "accumulators", "activation", "datapath"]
 
@@ -17,6 +17,15 @@ def test_block_on_simulator(simulator, block, cfg):
     built = backend.build(block, cfg, simulator)
     ran = backend.run(built, seed=seed())
     assert ran >= 2, f"only {ran} cocotb tests ran"
+
+
+@pytest.mark.parametrize("cfg", CORE_CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("simulator", backend.SIMULATORS)
+def test_core_on_simulator(simulator, cfg):
+    """Random, invalid and hand-written programs against the ISA-level golden model."""
+    require_simulator(simulator)
+    built = backend.build("core", cfg, simulator)
+    assert backend.run(built, seed=seed()) == 4
 
 
 def test_a_failing_cocotb_test_fails_the_run(tmp_path):

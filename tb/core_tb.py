@@ -1,0 +1,323 @@
+"""Testbenches of the TPU core: programs run on the RTL and on the ISA-level golden model
+(:class:`tpuer.sim.isa_model.CoreModel`), compared in everything the host can see: the
+rows sent to the host, the memories (dumped by a second program), the status register and
+the exact counters."""
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+from amaranth.lib import data
+
+from .. import isa
+from ..isa import CoreState, ErrorCode, Instruction, Opcode
+from ..sim.isa_model import CoreModel
+from .harness import StreamSink, StreamSource, TestbenchError, run_cycles
+from .packing import Codec
+
+__all__ = ["CoreRun", "run_on_core", "random_program", "dump_program", "BENCHES"]
+
+
+@dataclass
+class CoreRun:
+    state: CoreState
+    error: ErrorCode
+    error_pc: int
+    host_out: list = field(default_factory=list)
+    cycles: int = 0
+    mxu_busy_cycles: int = 0
+    weight_stall_cycles: int = 0
+    instructions: int = 0
+
+
+async def load_program(io, cfg, words, start=0):
+    for offset, word in enumerate(words):
+        io.set("program_write_addr", start + offset)
+        io.set("program_write_data", int(word.encode() if isinstance(word, Instruction) else word))
+        io.set("program_write_en", 1)
+        await io.tick()
+    io.set("program_write_en", 0)
+
+
+async def load_weights(io, cfg, tiles, first_tile=0):
+    codec = Codec(data.ArrayLayout(cfg.operand_shape, cfg.cols))
+    for t, tile in enumerate(tiles):
+        for r, row in enumerate(tile):
+            io.set("weight_write_addr", (first_tile + t) * cfg.rows + r)
+            io.set("weight_write_data", codec.encode(row))
+            io.set("weight_write_en", 1)
+            await io.tick()
+    io.set("weight_write_en", 0)
+
+
+async def run_on_core(io, cfg, *, start=0, host_in=(), rng=None, in_idle=0.0, out_stall=0.0,
+                      max_cycles=20000):
+    """Start the loaded program at ``start``, feed ``host_in``, collect the host rows, and
+    return a :class:`CoreRun` when the core stops."""
+    rng = rng or np.random.default_rng(0)
+    in_codec = Codec(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))
+    out_codec = Codec(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes))
+    source = StreamSource("host_in", in_codec, list(host_in), idle=in_idle,
+                          rng=random.Random(int(rng.integers(1 << 31))))
+    sink = StreamSink("host_out", out_codec, stall=out_stall,
+                      rng=random.Random(int(rng.integers(1 << 31))))
+    io.set("start_pc", start)
+    io.set("start", 1)
+    await io.tick()
+    io.set("start", 0)
+    status = {"running": True}
+
+    def watch(io):      # sampled when settled, so every simulator agrees on the cycle
+        status["running"] = io.get("state") == CoreState.RUNNING.value
+
+    await run_cycles(io, [source, sink], until=lambda: not status["running"],
+                     max_cycles=max_cycles, on_cycle=watch)
+    await io.settle()
+    result = CoreRun(state=CoreState(io.get("state")), error=ErrorCode(io.get("error")),
+                     error_pc=io.get("error_pc"), host_out=sink.items,
+                     cycles=io.get("cycles"), mxu_busy_cycles=io.get("mxu_busy_cycles"),
+                     weight_stall_cycles=io.get("weight_stall_cycles"),
+                     instructions=io.get("instructions"))
+    await io.tick()
+    return result
+
+
+def dump_program(cfg):
+    """WRITE_HOST of every UB row, then of every accumulator row, then HALT."""
+    return [isa.write_host(0, cfg.ub_depth), isa.write_host(0, cfg.acc_depth, from_acc=True),
+            isa.halt()]
+
+
+def random_program(cfg, rng, length=24, *, invalid=0.0):
+    """A random program that keeps the rules (tile accounting, ranges) except where
+    ``invalid`` asks for a random bad instruction; returns (instructions, host rows)."""
+    program, host_rows = [], []
+    tiles = 0
+    lo, hi = cfg.operand_min, cfg.operand_max + 1
+
+    def span(depth):
+        count = int(rng.integers(0, min(depth, 2 * cfg.rows + 2) + 1))
+        return int(rng.integers(0, depth - count + 1)), count
+
+    for _ in range(length):
+        if rng.random() < invalid:
+            program.append(_bad_instruction(cfg, rng, tiles))
+            continue
+        kind = rng.choice(["read_host", "read_weights", "matmul", "matmul", "activate",
+                           "config", "write_host", "sync", "nop"])
+        if kind == "read_host":
+            a, n = span(cfg.ub_depth)
+            program.append(isa.read_host(a, n))
+            host_rows.extend(rng.integers(lo, hi, (n, cfg.ub_lanes)))
+        elif kind == "read_weights" and tiles < cfg.weight_fifo_tiles + 1:
+            n = int(rng.integers(1, cfg.weight_fifo_tiles + 2 - tiles))
+            program.append(isa.read_weights(int(rng.integers(0, cfg.weight_tiles - n + 1)), n))
+            tiles += n
+        elif kind == "matmul":
+            a, n = span(cfg.ub_depth)
+            b = int(rng.integers(0, cfg.acc_depth - n + 1)) if n <= cfg.acc_depth else 0
+            n = min(n, cfg.acc_depth - b)
+            switch = bool(tiles and n and rng.random() < 0.6)
+            program.append(isa.matmul(a, b, n, accumulate=bool(rng.random() < 0.5),
+                                      switch=switch))
+            tiles -= int(switch)
+        elif kind == "activate":
+            n = int(rng.integers(0, min(cfg.acc_depth, cfg.ub_depth, 2 * cfg.rows) + 1))
+            program.append(isa.activate(int(rng.integers(0, cfg.acc_depth - n + 1)),
+                                        int(rng.integers(0, cfg.ub_depth - n + 1)), n))
+        elif kind == "config":
+            program.append(_random_config(cfg, rng))
+        elif kind == "write_host":
+            from_acc = bool(rng.random() < 0.5)
+            a, n = span(cfg.acc_depth if from_acc else cfg.ub_depth)
+            program.append(isa.write_host(a, n, from_acc=from_acc))
+        elif kind == "sync":
+            program.append(isa.sync())
+        else:
+            program.append(isa.nop())
+    program.append(isa.halt())
+    return program, host_rows
+
+
+def _random_config(cfg, rng):
+    param = isa.ConfigParam(int(rng.integers(0, len(isa.ConfigParam))))
+    lane = isa.ALL_LANES if rng.random() < 0.4 else int(rng.integers(0, cfg.cols))
+    value = {isa.ConfigParam.BIAS: lambda: rng.integers(-(1 << 16), 1 << 16),
+             isa.ConfigParam.MULTIPLIER: lambda: rng.integers(1 << 30, 1 << 31),
+             isa.ConfigParam.SHIFT: lambda: rng.integers(0, 12),
+             isa.ConfigParam.ZERO_POINT: lambda: rng.integers(cfg.operand_min, cfg.operand_max + 1),
+             isa.ConfigParam.RELU: lambda: rng.integers(0, 2)}[param]()
+    return isa.config(param, int(value), lane)
+
+
+def _bad_instructions(cfg, tiles):
+    """One instruction for every way an instruction can be wrong, given ``tiles`` read
+    but not yet switched in; each with the error it must raise."""
+    return [
+        (Instruction(len(Opcode)), ErrorCode.BAD_OPCODE),
+        (Instruction(15), ErrorCode.BAD_OPCODE),
+        (Instruction(Opcode.NOP.value, reserved=1), ErrorCode.BAD_FIELD),
+        (Instruction(Opcode.ACTIVATE.value, flags=1), ErrorCode.BAD_FIELD),
+        (Instruction(Opcode.MATMUL.value, flags=4), ErrorCode.BAD_FIELD),
+        (Instruction(Opcode.CONFIG.value, flags=len(isa.ConfigParam)), ErrorCode.BAD_FIELD),
+        (isa.read_host(cfg.ub_depth - 1, 2), ErrorCode.UB_RANGE),
+        (isa.write_host(cfg.ub_depth, 1), ErrorCode.UB_RANGE),
+        (isa.write_host(cfg.acc_depth - 2, 3, from_acc=True), ErrorCode.ACC_RANGE),
+        (isa.matmul(cfg.ub_depth, 0, 1, switch=False), ErrorCode.UB_RANGE),
+        (isa.matmul(0, cfg.acc_depth, 1, switch=False), ErrorCode.ACC_RANGE),
+        (isa.activate(cfg.acc_depth, 0, 1), ErrorCode.ACC_RANGE),
+        (isa.activate(0, cfg.ub_depth - 1, 2), ErrorCode.UB_RANGE),
+        (isa.read_weights(cfg.weight_tiles, 1), ErrorCode.WEIGHT_RANGE),
+        (isa.read_weights(cfg.weight_tiles - 1, 2), ErrorCode.WEIGHT_RANGE),
+        (isa.read_weights(0, cfg.weight_fifo_tiles + 2 - tiles), ErrorCode.WEIGHT_OVERFLOW),
+        (isa.config(isa.ConfigParam.SHIFT, cfg.max_shift + 1, 0), ErrorCode.BAD_CONFIG),
+        (isa.config(isa.ConfigParam.SHIFT, -1), ErrorCode.BAD_CONFIG),
+        (isa.config(isa.ConfigParam.ZERO_POINT, cfg.operand_max + 1), ErrorCode.BAD_CONFIG),
+        (isa.config(isa.ConfigParam.ZERO_POINT, cfg.operand_min - 1), ErrorCode.BAD_CONFIG),
+        (isa.config(isa.ConfigParam.RELU, 2), ErrorCode.BAD_CONFIG),
+        (isa.config(isa.ConfigParam.BIAS, 1, cfg.cols), ErrorCode.BAD_CONFIG),
+    ] + ([(isa.matmul(0, 0, 1, switch=True), ErrorCode.NO_WEIGHTS)] if tiles == 0 else [])
+
+
+def _bad_instruction(cfg, rng, tiles):
+    choices = _bad_instructions(cfg, tiles)
+    return choices[int(rng.integers(0, len(choices)))][0]
+
+
+def _compare(io, cfg, label, got, want):
+    where = f"[{io.simulator} core {cfg.name}] {label}"
+    if (got.state, got.error, got.error_pc) != (want.state, want.error, want.error_pc):
+        raise TestbenchError(f"{where}: status {got.state.name} {got.error.name} at "
+                             f"{got.error_pc}, expected {want.state.name} {want.error.name} "
+                             f"at {want.error_pc}")
+    if len(got.host_out) != len(want.host_out):
+        raise TestbenchError(f"{where}: {len(got.host_out)} host rows, expected "
+                             f"{len(want.host_out)}")
+    for k, (row, expected) in enumerate(zip(got.host_out, want.host_out)):
+        padded = np.zeros(cfg.ub_lanes, dtype=np.int64)
+        padded[:len(expected)] = expected
+        if not np.array_equal(row, padded):
+            raise TestbenchError(f"{where}: host row {k} is {row.tolist()}, expected "
+                                 f"{padded.tolist()}")
+    if want.state is CoreState.HALTED:
+        for name in ("instructions", "mxu_busy_cycles"):
+            if getattr(got, name) != getattr(want, name):
+                raise TestbenchError(f"{where}: counter {name} is {getattr(got, name)}, "
+                                     f"expected {getattr(want, name)}")
+
+
+async def check_program(io, cfg, rng, program, host_rows, weights, label, model, **stream):
+    """Run ``program`` (then a dump program) on the core and on ``model``; compare."""
+    dump_at = cfg.program_depth - 3
+    await load_program(io, cfg, program)
+    model.load_program(program)
+    got = await run_on_core(io, cfg, host_in=host_rows, rng=rng, **stream)
+    want = model.run(0, host_in=host_rows)
+    _compare(io, cfg, label, got, want)
+    got_dump = await run_on_core(io, cfg, start=dump_at, rng=rng, **stream)
+    want_dump = model.run(dump_at)
+    _compare(io, cfg, f"{label}, memory dump after it", got_dump, want_dump)
+    return got
+
+
+async def _setup(io, cfg, rng):
+    model = CoreModel(cfg)
+    weights = rng.integers(cfg.operand_min, cfg.operand_max + 1,
+                           (cfg.weight_tiles, cfg.rows, cfg.cols))
+    await load_weights(io, cfg, weights)
+    model.load_weights(0, weights)
+    dump = dump_program(cfg)
+    await load_program(io, cfg, dump, start=cfg.program_depth - 3)
+    model.load_program(dump, start=cfg.program_depth - 3)
+    # Start from known memories: the dump program also proves the core comes up clean.
+    clear = [isa.read_host(0, cfg.ub_depth), isa.read_weights(0, 1)]
+    for first in range(0, cfg.acc_depth, cfg.ub_depth):
+        clear.append(isa.matmul(0, first, min(cfg.ub_depth, cfg.acc_depth - first),
+                                switch=first == 0))
+    clear.append(isa.halt())
+    zeros = [np.zeros(cfg.ub_lanes, dtype=np.int64)] * cfg.ub_depth
+    await check_program(io, cfg, rng, clear, zeros, weights, "clearing program", model)
+    return model, weights
+
+
+async def bench_random_programs(io, cfg, rng, programs=6):
+    """Random valid programs, with idle host input and a stalling host output."""
+    model, weights = await _setup(io, cfg, rng)
+    for k in range(programs):
+        program, host_rows = random_program(cfg, rng, length=int(rng.integers(4, 24)))
+        await check_program(io, cfg, rng, program, host_rows, weights, f"random program {k}",
+                            model, in_idle=0.2, out_stall=0.3)
+
+
+async def bench_invalid_programs(io, cfg, rng):
+    """Every kind of bad instruction, after a few good ones: the core must stop with the
+    model's error code at the model's instruction (and the code the ISA names), and then
+    run the next program correctly."""
+    model, weights = await _setup(io, cfg, rng)
+    for k, (bad, code) in enumerate(_bad_instructions(cfg, 0)):
+        prefix, host_rows = random_program(cfg, rng, length=int(rng.integers(0, 5)))
+        prefix = [i for i in prefix[:-1]
+                  if i.op not in (Opcode.READ_WEIGHTS, Opcode.MATMUL, Opcode.HALT)]
+        program = prefix + [bad, isa.halt()]
+        got = await check_program(io, cfg, rng, program, host_rows, weights,
+                                  f"bad instruction {bad}", model)
+        if (got.error, got.error_pc) != (code, len(prefix)):
+            raise TestbenchError(f"[{io.simulator} core {cfg.name}] {bad}: {got.error.name} at "
+                                 f"{got.error_pc}, the ISA says {code.name} at {len(prefix)}")
+    for k in range(4):   # and bad instructions in random places of random programs
+        program, host_rows = random_program(cfg, rng, length=int(rng.integers(2, 12)),
+                                            invalid=0.2)
+        await check_program(io, cfg, rng, program, host_rows, weights,
+                            f"random invalid program {k}", model)
+
+
+async def bench_hazards(io, cfg, rng):
+    """Dependent instructions back to back with no NOP between them: every hazard is kept
+    in hardware."""
+    model, weights = await _setup(io, cfg, rng)
+    n = min(cfg.rows, cfg.ub_depth // 4, cfg.acc_depth // 2)
+    lo, hi = cfg.operand_min, cfg.operand_max + 1
+    rows = list(rng.integers(lo, hi, (2 * n, cfg.ub_lanes)))
+    program = [
+        isa.config(isa.ConfigParam.MULTIPLIER, 1 << 30), isa.config(isa.ConfigParam.SHIFT, 6),
+        isa.read_host(0, 2 * n),                        # RAW: MATMUL reads these rows
+        isa.read_weights(0, 2),
+        isa.matmul(0, 0, n),                            # tile 0
+        isa.matmul(n, 0, n, accumulate=True),           # tile 1, adds to the same rows
+        isa.activate(0, 2 * n, n),                      # RAW on the accumulators
+        isa.matmul(2 * n, n, n, switch=False),          # RAW on the activated UB rows
+        isa.config(isa.ConfigParam.RELU, 1),            # must not change rows in flight
+        isa.activate(n, 0, n),
+        isa.write_host(0, n),                           # RAW on activated UB rows
+        isa.write_host(0, 2 * n, from_acc=True),
+        isa.halt(),
+    ]
+    await check_program(io, cfg, rng, program, rows, weights, "hazard program", model)
+
+
+async def bench_streaming(io, cfg, rng):
+    """Back-to-back MATMULs over prefetched tiles: the counters say how busy the matrix
+    unit was, and no vector waited for weights once the first tile was in."""
+    model, weights = await _setup(io, cfg, rng)
+    n = min(cfg.ub_depth, cfg.acc_depth)
+    program = [isa.read_weights(0, 2)]
+    for t in range(4):
+        program.append(isa.matmul(0, 0, n, accumulate=t > 0))
+        program.append(isa.read_weights(2 + t, 1))
+    program.append(isa.halt())
+    got = await check_program(io, cfg, rng, program, [], weights, "streaming program", model)
+    if n >= cfg.rows and got.weight_stall_cycles > cfg.rows + 4:
+        raise TestbenchError(f"[{io.simulator} core {cfg.name}] {got.weight_stall_cycles} "
+                             f"weight-stall cycles for tiles of {n} >= {cfg.rows} rows")
+    ideal = 4 * n
+    if got.cycles > ideal + 2 * (cfg.rows + cfg.cols) + 20:
+        raise TestbenchError(f"[{io.simulator} core {cfg.name}] {got.cycles} cycles for "
+                             f"{ideal} rows of products")
+
+
+BENCHES = {
+    "random_programs": bench_random_programs,
+    "invalid_programs": bench_invalid_programs,
+    "hazards": bench_hazards,
+    "streaming": bench_streaming,
+}
