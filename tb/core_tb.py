@@ -169,14 +169,15 @@ def _bad_instructions(cfg, tiles):
         (isa.activate(0, cfg.ub_depth - 1, 2), ErrorCode.UB_RANGE),
         (isa.read_weights(cfg.weight_tiles, 1), ErrorCode.WEIGHT_RANGE),
         (isa.read_weights(cfg.weight_tiles - 1, 2), ErrorCode.WEIGHT_RANGE),
-        (isa.read_weights(0, cfg.weight_fifo_tiles + 2 - tiles), ErrorCode.WEIGHT_OVERFLOW),
         (isa.config(isa.ConfigParam.SHIFT, cfg.max_shift + 1, 0), ErrorCode.BAD_CONFIG),
         (isa.config(isa.ConfigParam.SHIFT, -1), ErrorCode.BAD_CONFIG),
         (isa.config(isa.ConfigParam.ZERO_POINT, cfg.operand_max + 1), ErrorCode.BAD_CONFIG),
         (isa.config(isa.ConfigParam.ZERO_POINT, cfg.operand_min - 1), ErrorCode.BAD_CONFIG),
         (isa.config(isa.ConfigParam.RELU, 2), ErrorCode.BAD_CONFIG),
         (isa.config(isa.ConfigParam.BIAS, 1, cfg.cols), ErrorCode.BAD_CONFIG),
-    ] + ([(isa.matmul(0, 0, 1, switch=True), ErrorCode.NO_WEIGHTS)] if tiles == 0 else [])
+    ] + ([(isa.matmul(0, 0, 1, switch=True), ErrorCode.NO_WEIGHTS)] if tiles == 0 else []) \
+      + ([(isa.read_weights(0, cfg.weight_fifo_tiles + 2 - tiles), ErrorCode.WEIGHT_OVERFLOW)]
+         if cfg.weight_fifo_tiles + 2 - tiles <= cfg.weight_tiles else [])
 
 
 def _bad_instruction(cfg, rng, tiles):
