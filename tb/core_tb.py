@@ -322,3 +322,16 @@ BENCHES = {
     "hazards": bench_hazards,
     "streaming": bench_streaming,
 }
+
+
+async def run_steps(io, cfg, steps):
+    """Run driver :class:`~tpuer.driver.Step` s one after another on the core (weights
+    loaded before each); returns one :class:`CoreRun` per step."""
+    runs = []
+    for step in steps:
+        await load_weights(io, cfg, step.weights)
+        await load_program(io, cfg, step.program)
+        runs.append(await run_on_core(io, cfg, host_in=step.host_in,
+                                      max_cycles=100 * (len(step.host_in) + 100) +
+                                      sum(4 * i.count + 50 for i in step.program)))
+    return runs

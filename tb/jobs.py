@@ -64,3 +64,17 @@ async def speed(dut):
     free_seconds = time.perf_counter() - start
     _save(cycles=checked_cycles, seconds=seconds, free_cycles=free_cycles,
           free_seconds=free_seconds)
+
+
+@cocotb.test()
+async def core_steps(dut):
+    """Run the driver's program steps (a pickle in ``TPUER_JOB_IN``) on the core and pickle
+    the runs into ``TPUER_JOB_OUT``."""
+    import pickle
+    from .core_tb import run_steps
+    with open(os.environ["TPUER_JOB_IN"], "rb") as f:
+        steps = pickle.load(f)
+    io = await CocotbIO.start(dut)
+    runs = await run_steps(io, CONFIG, steps)
+    with open(os.environ["TPUER_JOB_OUT"], "wb") as f:
+        pickle.dump(runs, f)

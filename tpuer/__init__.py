@@ -5,6 +5,7 @@ Subpackages: ``tpuer.hw`` (RTL), ``tpuer.sim`` (golden models, simulator back en
 """
 
 from .config import Config, ConfigError
+from .device import Device, TPUError
 
-__all__ = ["Config", "ConfigError"]
+__all__ = ["Config", "ConfigError", "Device", "TPUError"]
 __version__ = "0.1.0"

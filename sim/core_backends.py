@@ -1,0 +1,92 @@
+"""Back ends that run driver steps on the core: the golden model, amaranth.sim, and the
+cocotb simulators. Each returns, per step, the rows sent to the host, the status and the
+counters."""
+
+import pickle
+import tempfile
+from pathlib import Path
+
+from ..isa import CoreState, ErrorCode
+from .isa_model import CoreModel
+
+__all__ = ["BACKENDS", "make_backend"]
+
+BACKENDS = ("golden", "pysim", "verilator", "icarus")
+
+
+class GoldenBackend:
+    """The ISA-level model. It knows the counters that do not depend on timing
+    (instructions, MXU-busy cycles); ``cycles`` and ``weight_stall_cycles`` are ``None``."""
+
+    name = "golden"
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.model = CoreModel(cfg)
+
+    def run(self, steps):
+        from ..tb.core_tb import CoreRun
+        runs = []
+        for step in steps:
+            self.model.load_weights(0, step.weights)
+            self.model.load_program(step.program)
+            result = self.model.run(0, host_in=step.host_in)
+            runs.append(CoreRun(state=result.state, error=result.error,
+                                error_pc=result.error_pc, host_out=result.host_out,
+                                cycles=None, mxu_busy_cycles=result.mxu_busy_cycles,
+                                weight_stall_cycles=None, instructions=result.instructions))
+        return runs
+
+
+class PysimBackend:
+    """The RTL in amaranth.sim: one simulation per call, all steps in it."""
+
+    name = "pysim"
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def run(self, steps):
+        from ..hw.core import Core
+        from ..tb.core_tb import run_steps
+        from ..tb.pysim import run_pysim
+        runs = []
+
+        async def bench(io, cfg):
+            runs.extend(await run_steps(io, cfg, steps))
+
+        run_pysim(Core(self.cfg), bench, self.cfg)
+        return runs
+
+
+class CocotbBackend:
+    """The RTL on Verilator or Icarus through cocotb; the build is made once per
+    configuration and reused."""
+
+    def __init__(self, cfg, simulator):
+        from . import cocotb_backend
+        self.cfg = cfg
+        self.name = simulator
+        self._backend = cocotb_backend
+        self._built = None
+
+    def run(self, steps):
+        if self._built is None:
+            self._built = self._backend.build("core", self.cfg, self.name)
+        with tempfile.TemporaryDirectory() as tmp:
+            job_in, job_out = Path(tmp) / "steps.pickle", Path(tmp) / "runs.pickle"
+            job_in.write_bytes(pickle.dumps(steps))
+            self._backend.run(self._built, test_module="tpuer.tb.jobs", testcase="core_steps",
+                              extra_env={"TPUER_JOB_IN": str(job_in),
+                                         "TPUER_JOB_OUT": str(job_out)})
+            return pickle.loads(job_out.read_bytes())
+
+
+def make_backend(name, cfg):
+    if name == "golden":
+        return GoldenBackend(cfg)
+    if name == "pysim":
+        return PysimBackend(cfg)
+    if name in ("verilator", "icarus"):
+        return CocotbBackend(cfg, name)
+    raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")

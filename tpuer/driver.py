@@ -1,0 +1,88 @@
+"""The driver: turns a matrix product into programs for the core (tiling M, K and N onto
+the array, the Unified Buffer and the accumulators) and puts the result back together."""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import isa
+
+__all__ = ["Step", "plan_matmul", "assemble_matmul", "MAX_EXACT_K"]
+
+#: The largest K for which an int8 x int8 product summed in int32 can never saturate.
+MAX_EXACT_K = (2**31 - 1) // (128 * 128)
+
+
+@dataclass
+class Step:
+    """One program run: load ``weights`` (tiles) at tile 0, run ``program`` from 0 feeding
+    ``host_in`` rows; ``outputs`` says which result block each returned row belongs to."""
+    program: list
+    weights: np.ndarray
+    host_in: list
+    outputs: list = field(default_factory=list)   # (m0, rows, n_tile)
+
+
+def _tiles_of(b, cfg, k_tiles, n_tile):
+    tiles = np.zeros((len(k_tiles), cfg.rows, cfg.cols), dtype=np.int64)
+    for index, kt in enumerate(k_tiles):
+        block = b[kt * cfg.rows:(kt + 1) * cfg.rows, n_tile * cfg.cols:(n_tile + 1) * cfg.cols]
+        tiles[index, :block.shape[0], :block.shape[1]] = block
+    return tiles
+
+
+def plan_matmul(cfg, a, b):
+    """Programs that compute ``a @ b`` (int8 arrays of shapes (M, K) and (K, N)).
+
+    For each column tile of ``b`` and each block of M rows, one program reads that block's
+    input rows (one UB row per K tile), multiplies it by the K tiles of the column, summing
+    in the accumulators, with READ_WEIGHTS issued ahead so that the weight shift hides
+    behind the multiply, and sends the accumulator rows to the host.
+    """
+    m, k = a.shape
+    n = b.shape[1]
+    k_tiles = -(-k // cfg.rows)
+    n_tiles = -(-n // cfg.cols)
+    group = min(k_tiles, cfg.weight_tiles, cfg.ub_depth)      # K tiles per program
+    block = max(1, min(m, cfg.acc_depth, cfg.ub_depth // group))
+    prefetch = cfg.weight_fifo_tiles + 1
+    steps = []
+    for n_tile in range(n_tiles):
+        for m0 in range(0, m, block):
+            rows = min(block, m - m0)
+            for k0 in range(0, k_tiles, group):
+                kts = list(range(k0, min(k_tiles, k0 + group)))
+                host_in = []
+                for kt in kts:
+                    chunk = np.zeros((rows, cfg.ub_lanes), dtype=np.int64)
+                    part = a[m0:m0 + rows, kt * cfg.rows:(kt + 1) * cfg.rows]
+                    chunk[:, :part.shape[1]] = part
+                    host_in.extend(chunk)
+                program = [isa.read_host(0, rows * len(kts))]
+                ahead = min(len(kts), prefetch)
+                program.append(isa.read_weights(0, ahead))
+                for index in range(len(kts)):
+                    program.append(isa.matmul(index * rows, 0, rows,
+                                              accumulate=index > 0 or k0 > 0))
+                    if index + ahead < len(kts):
+                        program.append(isa.read_weights(index + ahead, 1))
+                last = k0 + group >= k_tiles
+                if last:
+                    program.append(isa.write_host(0, rows, from_acc=True))
+                program.append(isa.halt())
+                steps.append(Step(program, _tiles_of(b, cfg, kts, n_tile), host_in,
+                                  [(m0, rows, n_tile)] if last else []))
+    return steps
+
+
+def assemble_matmul(cfg, m, n, steps, outputs):
+    """Put the rows the programs returned (``outputs[i]`` for ``steps[i]``) into the
+    (M, N) int32 result."""
+    result = np.zeros((m, -(-n // cfg.cols) * cfg.cols), dtype=np.int64)
+    for step, rows_out in zip(steps, outputs):
+        position = 0
+        for m0, rows, n_tile in step.outputs:
+            block = np.array(rows_out[position:position + rows])[:, :cfg.cols]
+            result[m0:m0 + rows, n_tile * cfg.cols:(n_tile + 1) * cfg.cols] = block
+            position += rows
+    return result[:, :n].astype(np.int32)
