@@ -1,0 +1,90 @@
+"""tpuer.Device: exact products on every back end, the same counters on every RTL back
+end, and clear errors for bad input."""
+
+import numpy as np
+import pytest
+
+import tpuer
+from tpuer.driver import MAX_EXACT_K
+
+from conftest import require_simulator
+
+SMALL = tpuer.Config(rows=4, cols=4, ub_depth=32, acc_depth=16, weight_tiles=8,
+                     program_depth=64)
+ODD = tpuer.Config(rows=3, cols=5, ub_depth=20, acc_depth=7, weight_tiles=3,
+                   program_depth=64, weight_fifo_tiles=2)
+
+
+def int8(rng, shape, low=-128, high=128):
+    return rng.integers(low, high, shape).astype(np.int8)
+
+
+def exact(a, b):
+    return a.astype(np.int64) @ b.astype(np.int64)
+
+
+@pytest.mark.parametrize("cfg", [SMALL, ODD, tpuer.Config()], ids=lambda c: c.name)
+def test_golden_matmul_is_exact_for_any_shape(cfg):
+    rng = np.random.default_rng(11)
+    shapes = [(1, 1, 1), (2, 3, 4), (9, 17, 6), (40, 5, 11), (cfg.acc_depth + 3, 2 * cfg.rows + 1,
+                                                                cfg.cols + 1)]
+    device = tpuer.Device(cfg)
+    for m, k, n in shapes:
+        a, b = int8(rng, (m, k)), int8(rng, (k, n))
+        y = device.matmul(a, b)
+        assert y.dtype == np.int32 and y.shape == (m, n)
+        assert np.array_equal(y, exact(a, b)), (m, k, n)
+        assert device.stats["macs"] == m * k * n
+
+
+def test_extreme_values_do_not_overflow():
+    device = tpuer.Device(SMALL)
+    for value_a, value_b in ((-128, -128), (-128, 127), (127, 127)):
+        a = np.full((3, 300), value_a, np.int8)
+        b = np.full((300, 2), value_b, np.int8)
+        assert np.array_equal(device.matmul(a, b), exact(a, b))
+
+
+@pytest.mark.parametrize("backend", ["pysim", "verilator", "icarus"])
+def test_rtl_backends_match_numpy_and_each_other(backend):
+    if backend != "pysim":
+        require_simulator(backend)
+    rng = np.random.default_rng(12)
+    cases = [(int8(rng, (6, 9)), int8(rng, (9, 7))), (int8(rng, (20, 4)), int8(rng, (4, 4))),
+             (np.full((5, 8), -128, np.int8), np.full((8, 3), -128, np.int8))]
+    golden, device = tpuer.Device(SMALL), tpuer.Device(SMALL, backend=backend)
+    reference = tpuer.Device(SMALL, backend="pysim") if backend != "pysim" else None
+    for a, b in cases:
+        y = device.matmul(a, b)
+        assert np.array_equal(y, exact(a, b))
+        golden.matmul(a, b)
+        for counter in ("mxu_busy_cycles", "instructions", "macs", "programs"):
+            assert device.stats[counter] == golden.stats[counter], counter
+        assert device.stats["cycles"] >= device.stats["mxu_busy_cycles"]
+        if reference is not None:
+            reference.matmul(a, b)
+            assert device.stats == reference.stats      # every RTL back end, same numbers
+
+
+@pytest.mark.parametrize("a, b, error, message", [
+    ([[1]], np.ones((1, 1), np.int8), TypeError, "a must be a NumPy array of dtype int8, not list"),
+    (np.ones((2, 2), np.float32), np.ones((2, 2), np.int8), TypeError, "a must have dtype int8, not float32"),
+    (np.ones((2, 2), np.int8), np.ones((2, 2), np.int16), TypeError, "b must have dtype int8, not int16"),
+    (np.ones(3, np.int8), np.ones((3, 1), np.int8), ValueError, "a must be 2-D"),
+    (np.ones((2, 3), np.int8), np.ones((4, 1), np.int8), ValueError, "a has 3 columns but b has 4 rows"),
+    (np.ones((0, 3), np.int8), np.ones((3, 1), np.int8), ValueError, "a must not be empty"),
+    (np.ones((1, MAX_EXACT_K + 1), np.int8), np.ones((MAX_EXACT_K + 1, 1), np.int8), ValueError,
+     "could overflow int32"),
+])
+def test_bad_operands_are_refused(a, b, error, message):
+    with pytest.raises(error, match=message):
+        tpuer.Device(SMALL).matmul(a, b)
+
+
+def test_bad_device_arguments_are_refused():
+    with pytest.raises(ValueError, match="unknown backend 'fpga'"):
+        tpuer.Device(backend="fpga")
+    with pytest.raises(TypeError, match="config must be a tpuer.Config"):
+        tpuer.Device(config={"rows": 4})
+    with pytest.raises(ValueError, match="operand_width must be 8"):
+        tpuer.Device(tpuer.Config(operand_width=4, acc_width=16))
