@@ -86,9 +86,14 @@ def _cmd_demo(parser, args):
 
 
 def _cmd_bench(parser, args):
-    from .bench import run_speed_bench
-    return run_speed_bench(config_from_args(parser, args), simulators=args.simulator,
-                           tiles=args.tiles)
+    from .bench import run_gemm_bench, run_speed_bench
+    cfg = config_from_args(parser, args)
+    if args.what in ("gemm", "all"):
+        run_gemm_bench(cfg, backend=args.backend)
+        print()
+    if args.what in ("speed", "all"):
+        run_speed_bench(cfg, simulators=args.simulator, tiles=args.tiles)
+    return 0
 
 
 def build_parser():
@@ -123,7 +128,12 @@ def build_parser():
     add_config_arguments(demo)
     demo.set_defaults(run=_cmd_demo)
 
-    bench = commands.add_parser("bench", help="measure simulator speed (cycles per second)")
+    bench = commands.add_parser(
+        "bench", help="GEMM cycles and MXU utilisation on the core; simulator speed")
+    bench.add_argument("what", nargs="?", default="all", choices=["all", "gemm", "speed"])
+    bench.add_argument("--backend", default="verilator",
+                       choices=["verilator", "icarus", "pysim"],
+                       help="back end of the GEMM benchmark (default verilator)")
     bench.add_argument("--simulator", action="append", choices=["verilator", "icarus"],
                        help="simulator to measure (repeatable; default both)")
     bench.add_argument("--tiles", type=int, default=300, help="tiles streamed (default 300)")

@@ -32,46 +32,51 @@ def _tiles_of(b, cfg, k_tiles, n_tile):
 
 
 def plan_matmul(cfg, a, b):
-    """Programs that compute ``a @ b`` (int8 arrays of shapes (M, K) and (K, N)).
+    """Programs that compute ``a @ b`` (integer arrays of shapes (M, K) and (K, N)).
 
-    For each column tile of ``b`` and each block of M rows, one program reads that block's
-    input rows (one UB row per K tile), multiplies it by the K tiles of the column, summing
-    in the accumulators, with READ_WEIGHTS issued ahead so that the weight shift hides
-    behind the multiply, and sends the accumulator rows to the host.
+    Each program takes a block of M rows and a group of K tiles and N tiles that fit the
+    weight memory: it reads the block's input rows once (one UB row per K tile), multiplies
+    them by every tile of the group, summing over K in the accumulators (one region per N
+    tile), with READ_WEIGHTS issued ahead so that the weight shift hides behind the
+    multiply, and, after the last K group, sends the accumulator rows to the host.
     """
     m, k = a.shape
     n = b.shape[1]
     k_tiles = -(-k // cfg.rows)
     n_tiles = -(-n // cfg.cols)
-    group = min(k_tiles, cfg.weight_tiles, cfg.ub_depth)      # K tiles per program
-    block = max(1, min(m, cfg.acc_depth, cfg.ub_depth // group))
+    k_group = min(k_tiles, cfg.weight_tiles, cfg.ub_depth)
+    n_group = max(1, min(n_tiles, cfg.weight_tiles // k_group, cfg.acc_depth))
+    block = max(1, min(m, cfg.acc_depth // n_group, cfg.ub_depth // k_group))
     prefetch = cfg.weight_fifo_tiles + 1
     steps = []
-    for n_tile in range(n_tiles):
+    for n0 in range(0, n_tiles, n_group):
+        nts = list(range(n0, min(n_tiles, n0 + n_group)))
         for m0 in range(0, m, block):
             rows = min(block, m - m0)
-            for k0 in range(0, k_tiles, group):
-                kts = list(range(k0, min(k_tiles, k0 + group)))
+            for k0 in range(0, k_tiles, k_group):
+                kts = list(range(k0, min(k_tiles, k0 + k_group)))
                 host_in = []
                 for kt in kts:
                     chunk = np.zeros((rows, cfg.ub_lanes), dtype=np.int64)
                     part = a[m0:m0 + rows, kt * cfg.rows:(kt + 1) * cfg.rows]
                     chunk[:, :part.shape[1]] = part
                     host_in.extend(chunk)
-                program = [isa.read_host(0, rows * len(kts))]
-                ahead = min(len(kts), prefetch)
-                program.append(isa.read_weights(0, ahead))
-                for index in range(len(kts)):
-                    program.append(isa.matmul(index * rows, 0, rows,
-                                              accumulate=index > 0 or k0 > 0))
-                    if index + ahead < len(kts):
+                order = [(i_n, i_k) for i_n in range(len(nts)) for i_k in range(len(kts))]
+                weights = np.concatenate([_tiles_of(b, cfg, kts, nt) for nt in nts])
+                ahead = min(len(order), prefetch)
+                # The first tiles load while the inputs arrive.
+                program = [isa.read_weights(0, ahead), isa.read_host(0, rows * len(kts))]
+                for index, (i_n, i_k) in enumerate(order):
+                    program.append(isa.matmul(i_k * rows, i_n * rows, rows,
+                                              accumulate=i_k > 0 or k0 > 0))
+                    if index + ahead < len(order):
                         program.append(isa.read_weights(index + ahead, 1))
-                last = k0 + group >= k_tiles
+                last = k0 + k_group >= k_tiles
                 if last:
-                    program.append(isa.write_host(0, rows, from_acc=True))
+                    program.append(isa.write_host(0, rows * len(nts), from_acc=True))
                 program.append(isa.halt())
-                steps.append(Step(program, _tiles_of(b, cfg, kts, n_tile), host_in,
-                                  [(m0, rows, n_tile)] if last else []))
+                steps.append(Step(program, weights, host_in,
+                                  [(m0, rows, nt) for nt in nts] if last else []))
     return steps
 
 
