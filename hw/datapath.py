@@ -160,14 +160,14 @@ class Datapath(wiring.Component):
         ]
 
         # --- host reads of both memories, when the datapath does not read -------------
-        acc_host_issue = _serve_host_reads(m, self.host_acc_read, self.host_acc_data,
+        acc_host_issue = _serve_host_reads(m, "acc_host", self.host_acc_read, self.host_acc_data,
                                            acc.read_data, blocked=self.activate.valid)
         with m.If(self.activate.valid):
             m.d.comb += [acc.read_addr.eq(self.activate.payload.acc_addr), acc.read_en.eq(1)]
         with m.Elif(acc_host_issue):
             m.d.comb += [acc.read_addr.eq(self.host_acc_read.payload), acc.read_en.eq(1)]
 
-        ub_host_issue = _serve_host_reads(m, self.host_read, self.host_data, ub.read_data,
+        ub_host_issue = _serve_host_reads(m, "ub_host", self.host_read, self.host_data, ub.read_data,
                                           blocked=self.matmul.valid)
         with m.If(issue):
             m.d.comb += [ub.read_addr.eq(self.matmul.payload.ub_addr), ub.read_en.eq(1)]
@@ -198,26 +198,26 @@ class Datapath(wiring.Component):
         return m
 
 
-def _serve_host_reads(m, request, response, read_data, *, blocked):
-    """One host read at a time on a shared memory read port.
+def _serve_host_reads(m, name, request, response, read_data, *, blocked):
+    """Host reads on a shared memory read port, one per cycle.
 
-    A request is taken when ``blocked`` (the datapath's own read) is low and no earlier
-    answer waits; the row read is held on ``response`` until taken. Returns the signal
-    that is high in the cycle the host's address must be on the port.
+    A request is taken when ``blocked`` (the datapath's own read) is low and its row is
+    sure to find room in a small answer queue, which holds the rows until ``response``
+    takes them. Returns the signal that is high in the cycle the host's address must be on
+    the port.
     """
-    waiting = Signal()          # a request was taken and its answer not yet
-    fresh = Signal()            # the port's data is the host's row this cycle
-    valid = Signal()
-    held = Signal.like(response.payload)
-    issue = request.valid & ~blocked & ~waiting
-    taken = response.valid & response.ready
-    m.d.comb += [request.ready.eq(~blocked & ~waiting),
-                 response.valid.eq(valid), response.payload.eq(held)]
-    m.d.sync += [fresh.eq(issue), valid.eq((valid | fresh) & ~taken)]
-    with m.If(fresh):
-        m.d.sync += held.eq(read_data)
-    with m.If(issue):
-        m.d.sync += waiting.eq(1)
-    with m.If(taken):
-        m.d.sync += waiting.eq(0)
+    queue = fifo.SyncFIFO(width=len(response.payload.as_value()), depth=3)
+    m.submodules[f"{name}_answers"] = queue
+    fresh = Signal(name=f"{name}_fresh")     # the port's data is a host row this cycle
+    room = queue.level + fresh < 3
+    issue = request.valid & ~blocked & room
+    m.d.comb += [
+        request.ready.eq(~blocked & room),
+        queue.w_data.eq(read_data),
+        queue.w_en.eq(fresh),
+        response.valid.eq(queue.r_rdy),
+        response.payload.eq(queue.r_data),
+        queue.r_en.eq(response.ready),
+    ]
+    m.d.sync += fresh.eq(issue)
     return issue

@@ -109,7 +109,7 @@ class Sequencer(wiring.Component):
         pc = Signal(17)
         step = Signal(16)               # rows done of the current instruction
         tiles = Signal(range(cfg.weight_fifo_tiles + 2))   # read but not yet switched in
-        answer_pending = Signal()       # WRITE_HOST: a row was requested, not yet sent
+        requested = Signal(16)          # WRITE_HOST: rows requested so far
         m.d.comb += [fetch.addr.eq(pc), fetch.en.eq(0)]
 
         # --- decode and check ------------------------------------------------------------
@@ -190,7 +190,7 @@ class Sequencer(wiring.Component):
         with m.FSM(name="sequencer"):
             with m.State("Idle"):
                 with m.If(self.start):
-                    m.d.sync += [pc.eq(self.start_pc), step.eq(0), answer_pending.eq(0),
+                    m.d.sync += [pc.eq(self.start_pc), step.eq(0), requested.eq(0),
                                  self.state.eq(CoreState.RUNNING),
                                  self.error.eq(ErrorCode.NONE), self.error_pc.eq(0),
                                  self.cycles.eq(0), self.mxu_busy_cycles.eq(0),
@@ -248,32 +248,32 @@ class Sequencer(wiring.Component):
                                 retire()
                 with m.Elif(is_op[Opcode.WRITE_HOST]):
                     with m.If(~self.activate_busy & ~(from_acc & self.matmul_busy)):
-                        with m.If(~answer_pending):
+                        # Requests run ahead of the answers; one row a cycle each way.
+                        with m.If(requested != n):
                             with m.If(from_acc):
                                 m.d.comb += [self.host_acc_read.valid.eq(1),
-                                             self.host_acc_read.payload.eq(a + step)]
-                                with m.If(self.host_acc_read.ready):
-                                    m.d.sync += answer_pending.eq(1)
+                                             self.host_acc_read.payload.eq(a + requested)]
                             with m.Else():
                                 m.d.comb += [self.host_read.valid.eq(1),
-                                             self.host_read.payload.eq(a + step)]
-                                with m.If(self.host_read.ready):
-                                    m.d.sync += answer_pending.eq(1)
-                        with m.Else():
-                            source = Mux(from_acc, self.host_acc_data.valid, self.host_data.valid)
-                            m.d.comb += [self.host_out.valid.eq(source),
-                                         self.host_acc_data.ready.eq(from_acc & self.host_out.ready),
-                                         self.host_data.ready.eq(~from_acc & self.host_out.ready)]
-                            for index in range(cfg.ub_lanes):
-                                ub_lane = self.host_data.payload[index]
-                                acc_lane = (self.host_acc_data.payload[index]
-                                            if index < cfg.cols else Const(0, cfg.acc_shape))
-                                m.d.comb += self.host_out.payload[index].eq(
-                                    Mux(from_acc, acc_lane, ub_lane))
-                            with m.If(source & self.host_out.ready):
-                                m.d.sync += [answer_pending.eq(0), step.eq(step + 1)]
-                                with m.If(last_step):
-                                    retire()
+                                             self.host_read.payload.eq(a + requested)]
+                            with m.If(Mux(from_acc, self.host_acc_read.ready,
+                                          self.host_read.ready)):
+                                m.d.sync += requested.eq(requested + 1)
+                        answer = Mux(from_acc, self.host_acc_data.valid, self.host_data.valid)
+                        m.d.comb += [self.host_out.valid.eq(answer),
+                                     self.host_acc_data.ready.eq(from_acc & self.host_out.ready),
+                                     self.host_data.ready.eq(~from_acc & self.host_out.ready)]
+                        for index in range(cfg.ub_lanes):
+                            ub_lane = self.host_data.payload[index]
+                            acc_lane = (self.host_acc_data.payload[index]
+                                        if index < cfg.cols else Const(0, cfg.acc_shape))
+                            m.d.comb += self.host_out.payload[index].eq(
+                                Mux(from_acc, acc_lane, ub_lane))
+                        with m.If(answer & self.host_out.ready):
+                            m.d.sync += step.eq(step + 1)
+                            with m.If(last_step):
+                                m.d.sync += requested.eq(0)
+                                retire()
                 with m.Elif(is_op[Opcode.READ_WEIGHTS]):
                     m.d.comb += [self.weight_request.valid.eq(1),
                                  self.weight_request.payload.tile.eq(a),
