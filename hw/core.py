@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..isa import INSTRUCTION_BITS, CoreState, ErrorCode
 from .datapath import Datapath
+from .host_dma import HostDMA
 from .sequencer import Sequencer
 from .weight_reader import WeightReader
 
@@ -55,15 +56,19 @@ class Core(wiring.Component):
         m.submodules.sequencer = seq = Sequencer(cfg)
         m.submodules.datapath = dp = Datapath(cfg)
         m.submodules.weight_reader = reader = WeightReader(cfg)
+        m.submodules.host_dma = dma = HostDMA(cfg)
 
-        for name in ("matmul", "activate", "host_write", "host_read", "host_acc_read"):
+        for name in ("matmul", "activate"):
             wiring.connect(m, getattr(seq, name), getattr(dp, name))
-        wiring.connect(m, dp.host_data, seq.host_data)
-        wiring.connect(m, dp.host_acc_data, seq.host_acc_data)
+        for name in ("host_write", "host_read", "host_acc_read"):
+            wiring.connect(m, getattr(dma, name), getattr(dp, name))
+        wiring.connect(m, dp.host_data, dma.host_data)
+        wiring.connect(m, dp.host_acc_data, dma.host_acc_data)
+        wiring.connect(m, seq.dma_request, dma.request)
         wiring.connect(m, seq.weight_request, reader.request)
         wiring.connect(m, reader.weights, dp.weights)
-        wiring.connect(m, wiring.flipped(self.host_in), seq.host_in)
-        wiring.connect(m, seq.host_out, wiring.flipped(self.host_out))
+        wiring.connect(m, wiring.flipped(self.host_in), dma.host_in)
+        wiring.connect(m, dma.host_out, wiring.flipped(self.host_out))
         m.d.comb += [
             dp.params.eq(seq.params),
             seq.weight_reader_busy.eq(reader.busy),
@@ -71,6 +76,11 @@ class Core(wiring.Component):
             seq.activate_busy.eq(dp.activate_busy),
             seq.weight_stall.eq(dp.weight_stall),
             seq.vector_issued.eq(dp.vector_issued),
+            seq.dma_busy.eq(dma.busy),
+            dma.cancel.eq(seq.dma_cancel),
+            seq.dma_kind.eq(dma.kind),
+            seq.dma_low.eq(dma.low),
+            seq.dma_high.eq(dma.high),
             seq.program_write_addr.eq(self.program_write_addr),
             seq.program_write_data.eq(self.program_write_data),
             seq.program_write_en.eq(self.program_write_en),

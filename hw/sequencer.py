@@ -8,6 +8,7 @@ from ..isa import (ALL_LANES, INSTRUCTION_BITS, INSTRUCTION_LAYOUT, ConfigParam,
                    ErrorCode, MatmulFlag, Opcode, WriteHostFlag)
 from .activation import ActivationUnit
 from .datapath import command_layouts
+from .host_dma import DMA_READ_HOST, DMA_WRITE_ACC, DMA_WRITE_UB
 
 __all__ = ["Sequencer"]
 
@@ -21,8 +22,10 @@ class Sequencer(wiring.Component):
     core never writes outside a memory and never waits for a weight tile that no
     READ_WEIGHTS asked for. Hazards are kept in hardware, conservatively: ACTIVATE and
     WRITE_HOST of accumulators wait until every issued matrix row has been written; MATMUL,
-    READ_HOST, WRITE_HOST and CONFIG wait until every activated row has been written; SYNC
-    and HALT wait for everything, weight reads included. MATMUL rows stream one per cycle
+    READ_HOST, WRITE_HOST and CONFIG wait until every activated row has been written;
+    MATMUL and ACTIVATE wait while the host DMA engine moves rows they read or write; SYNC
+    and HALT wait for everything, weight reads and host transfers included. READ_HOST and
+    WRITE_HOST retire once the DMA engine takes them, so host transfers overlap products. MATMUL rows stream one per cycle
     and consecutive instructions follow without a gap: the next instruction is fetched in
     the last cycle of the current one.
 
@@ -34,21 +37,19 @@ class Sequencer(wiring.Component):
         A one-cycle ``start`` runs from ``start_pc`` (from any state but ``RUNNING``); it
         clears the error and the counters.
     abort_run : In
-        Stops a running program after the current step (state ``IDLE``).
+        Stops a running program after the current step (state ``IDLE``) and cancels the
+        host transfer under way.
     state, error, error_pc : Out
         The status register.
     cycles, mxu_busy_cycles, weight_stall_cycles, instructions : Out(32)
         Performance counters of the last run: cycles running, cycles a vector entered the
         matrix unit, cycles a vector waited for its weight tile, instructions retired.
-    matmul, activate, host_write, host_read, host_acc_read, params : Out
+    matmul, activate, params : Out
         Commands to the datapath (see :class:`Datapath`).
-    host_data, host_acc_data : In
-        The datapath's answers to WRITE_HOST's reads.
-    host_in : In(stream)
-        Rows from the host for READ_HOST.
-    host_out : Out(stream)
-        Rows for the host from WRITE_HOST: Unified Buffer rows (operands, sign-extended) or
-        accumulator rows (in lanes ``0 .. cols - 1``), as accumulator-width lanes.
+    dma_request : Out(stream)
+        READ_HOST and WRITE_HOST, handed to the host DMA engine
+        (:class:`~tpuer.hw.host_dma.HostDMA`); ``dma_busy``, ``dma_kind``, ``dma_low``,
+        ``dma_high`` In: the transfer under way, for the hazard checks.
     weight_request : Out(stream)
         READ_WEIGHTS requests to the weight reader; ``weight_reader_busy`` In.
     matmul_busy, activate_busy, weight_stall, vector_issued : In
@@ -58,7 +59,6 @@ class Sequencer(wiring.Component):
     def __init__(self, cfg):
         self._cfg = cfg
         layouts = command_layouts(cfg)
-        self.host_row_layout = data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes)
         super().__init__({
             "program_write_addr": In(cfg.program_addr_width),
             "program_write_data": In(INSTRUCTION_BITS),
@@ -75,16 +75,16 @@ class Sequencer(wiring.Component):
             "instructions": Out(32),
             "matmul": Out(stream.Signature(layouts["matmul"])),
             "activate": Out(stream.Signature(layouts["activate"])),
-            "host_write": Out(stream.Signature(layouts["host_write"])),
-            "host_read": Out(stream.Signature(cfg.ub_addr_width)),
-            "host_acc_read": Out(stream.Signature(cfg.acc_addr_width)),
-            "host_data": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
-            "host_acc_data": In(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.cols))),
             # After reset: multiplier ~1.0 (2**31 - 1), everything else 0, as in the model.
             "params": Out(ActivationUnit.params_layout_for(cfg),
                           init={"multiplier": [(1 << 31) - 1] * cfg.cols}),
-            "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
-            "host_out": Out(stream.Signature(self.host_row_layout)),
+            "dma_request": Out(stream.Signature(data.StructLayout(
+                {"kind": 2, "addr": 16, "count": 16}))),
+            "dma_cancel": Out(1),
+            "dma_busy": In(1),
+            "dma_kind": In(2),
+            "dma_low": In(17),
+            "dma_high": In(17),
             "weight_request": Out(stream.Signature(data.StructLayout({"tile": 16,
                                                                       "tiles": 16}))),
             "weight_reader_busy": In(1),
@@ -176,7 +176,18 @@ class Sequencer(wiring.Component):
             ]
 
         params = self.params
-        all_idle = ~self.matmul_busy & ~self.activate_busy & ~self.weight_reader_busy
+        all_idle = (~self.matmul_busy & ~self.activate_busy & ~self.weight_reader_busy &
+                    ~self.dma_busy)
+
+        def dma_overlaps(start):
+            """The DMA transfer under way touches rows ``[start, start + n)``."""
+            return self.dma_busy & (self.dma_low < start + n) & (start < self.dma_high)
+
+        kind = self.dma_kind
+        dma_blocks_matmul = (((kind == DMA_READ_HOST) & dma_overlaps(a)) |       # RAW, UB
+                             ((kind == DMA_WRITE_ACC) & dma_overlaps(b)))        # WAR, acc
+        dma_blocks_activate = (((kind == DMA_READ_HOST) | (kind == DMA_WRITE_UB)) &
+                               dma_overlaps(b))                                 # WAW/WAR, UB
         last_step = step + 1 == n
 
         def retire():
@@ -198,15 +209,25 @@ class Sequencer(wiring.Component):
                     m.d.comb += [fetch.addr.eq(self.start_pc), fetch.en.eq(1)]
                     m.next = "Run"
 
+            with m.State("Drain"):
+                # Earlier instructions finish (host transfers included) before the error
+                # shows, so that the host's view matches the golden model's.
+                with m.If(self.abort_run):
+                    m.d.comb += self.dma_cancel.eq(1)
+                    stop(CoreState.ERROR)
+                with m.Elif(all_idle):
+                    stop(CoreState.ERROR)
+
             with m.State("Run"):
                 with m.If(self.abort_run):
+                    m.d.comb += self.dma_cancel.eq(1)
                     stop(CoreState.IDLE)
                 with m.Elif(pc >= cfg.program_depth):
                     m.d.sync += [self.error.eq(ErrorCode.PROGRAM_END), self.error_pc.eq(pc)]
-                    stop(CoreState.ERROR)
+                    m.next = "Drain"
                 with m.Elif(error != ErrorCode.NONE):
                     m.d.sync += [self.error.eq(error), self.error_pc.eq(pc)]
-                    stop(CoreState.ERROR)
+                    m.next = "Drain"
                 with m.Elif(is_op[Opcode.NOP]):
                     retire()
                 with m.Elif(is_op[Opcode.HALT]):
@@ -233,47 +254,21 @@ class Sequencer(wiring.Component):
                                 m.d.sync += params.zero_point.eq(value)
                             with m.Case(int(ConfigParam.RELU)):
                                 m.d.sync += params.relu.eq(value[0])
-                with m.Elif(is_op[Opcode.READ_HOST]):
-                    with m.If(~self.activate_busy):
+                with m.Elif(is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST]):
+                    # Handed to the host DMA engine, which moves the rows while the
+                    # sequencer goes on; instructions that touch those rows wait for it.
+                    with m.If(~self.activate_busy &
+                              ~(is_op[Opcode.WRITE_HOST] & from_acc & self.matmul_busy)):
                         m.d.comb += [
-                            self.host_write.valid.eq(self.host_in.valid),
-                            self.host_write.payload.addr.eq(a + step),
-                            self.host_write.payload.data.eq(self.host_in.payload),
-                            self.host_write.payload.mask.eq((1 << cfg.ub_lanes) - 1),
-                            self.host_in.ready.eq(self.host_write.ready),
+                            self.dma_request.valid.eq(1),
+                            self.dma_request.payload.kind.eq(
+                                Mux(is_op[Opcode.READ_HOST], DMA_READ_HOST,
+                                    Mux(from_acc, DMA_WRITE_ACC, DMA_WRITE_UB))),
+                            self.dma_request.payload.addr.eq(a),
+                            self.dma_request.payload.count.eq(n),
                         ]
-                        with m.If(self.host_in.valid & self.host_write.ready):
-                            m.d.sync += step.eq(step + 1)
-                            with m.If(last_step):
-                                retire()
-                with m.Elif(is_op[Opcode.WRITE_HOST]):
-                    with m.If(~self.activate_busy & ~(from_acc & self.matmul_busy)):
-                        # Requests run ahead of the answers; one row a cycle each way.
-                        with m.If(requested != n):
-                            with m.If(from_acc):
-                                m.d.comb += [self.host_acc_read.valid.eq(1),
-                                             self.host_acc_read.payload.eq(a + requested)]
-                            with m.Else():
-                                m.d.comb += [self.host_read.valid.eq(1),
-                                             self.host_read.payload.eq(a + requested)]
-                            with m.If(Mux(from_acc, self.host_acc_read.ready,
-                                          self.host_read.ready)):
-                                m.d.sync += requested.eq(requested + 1)
-                        answer = Mux(from_acc, self.host_acc_data.valid, self.host_data.valid)
-                        m.d.comb += [self.host_out.valid.eq(answer),
-                                     self.host_acc_data.ready.eq(from_acc & self.host_out.ready),
-                                     self.host_data.ready.eq(~from_acc & self.host_out.ready)]
-                        for index in range(cfg.ub_lanes):
-                            ub_lane = self.host_data.payload[index]
-                            acc_lane = (self.host_acc_data.payload[index]
-                                        if index < cfg.cols else Const(0, cfg.acc_shape))
-                            m.d.comb += self.host_out.payload[index].eq(
-                                Mux(from_acc, acc_lane, ub_lane))
-                        with m.If(answer & self.host_out.ready):
-                            m.d.sync += step.eq(step + 1)
-                            with m.If(last_step):
-                                m.d.sync += requested.eq(0)
-                                retire()
+                        with m.If(self.dma_request.ready):
+                            retire()
                 with m.Elif(is_op[Opcode.READ_WEIGHTS]):
                     m.d.comb += [self.weight_request.valid.eq(1),
                                  self.weight_request.payload.tile.eq(a),
@@ -282,7 +277,7 @@ class Sequencer(wiring.Component):
                         m.d.sync += tiles.eq(tiles + n)
                         retire()
                 with m.Elif(is_op[Opcode.MATMUL]):
-                    with m.If(~self.activate_busy):
+                    with m.If(~self.activate_busy & ~dma_blocks_matmul):
                         m.d.comb += [
                             self.matmul.valid.eq(1),
                             self.matmul.payload.ub_addr.eq(a + step),
@@ -297,7 +292,7 @@ class Sequencer(wiring.Component):
                             with m.If(last_step):
                                 retire()
                 with m.Elif(is_op[Opcode.ACTIVATE]):
-                    with m.If(~self.matmul_busy):
+                    with m.If(~self.matmul_busy & ~dma_blocks_activate):
                         m.d.comb += [self.activate.valid.eq(1),
                                      self.activate.payload.acc_addr.eq(a + step),
                                      self.activate.payload.ub_addr.eq(b + step)]

@@ -295,6 +295,26 @@ async def bench_hazards(io, cfg, rng):
     ]
     await check_program(io, cfg, rng, program, rows, weights, "hazard program", model)
 
+    # Host transfers run beside the sequencer: with a slow host, each of these pairs
+    # would break if the hardware did not hold the second instruction back. More rows than
+    # the answer queues hold, so that the transfers lag behind.
+    n = min(cfg.acc_depth // 2, cfg.ub_depth // 2, 8)
+    program = [
+        isa.read_weights(0, 2),
+        isa.matmul(0, 0, n, switch=True),                    # accumulator rows to read out
+        isa.read_host(0, n),                                 # slow: the host idles
+        isa.activate(0, 0, n),                               # WAW on UB rows 0..n
+        isa.write_host(0, n),                                # must see the activated rows
+        isa.activate(n, 0, n),                               # WAR: after WRITE_HOST read them
+        isa.write_host(0, n, from_acc=True),                 # slow: the host stalls
+        isa.matmul(n, 0, n, switch=True),                    # WAR on accumulator rows 0..n
+        isa.write_host(0, 2 * n, from_acc=True),
+        isa.halt(),
+    ]
+    rows = list(rng.integers(lo, hi, (n, cfg.ub_lanes)))
+    await check_program(io, cfg, rng, program, rows, weights, "host transfer hazards", model,
+                        in_idle=0.8, out_stall=0.8)
+
 
 async def bench_streaming(io, cfg, rng):
     """Back-to-back MATMULs over prefetched tiles: the counters say how busy the matrix

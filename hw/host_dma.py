@@ -1,0 +1,108 @@
+"""The host DMA engine: READ_HOST and WRITE_HOST rows, moved while the matrix unit works."""
+
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .datapath import command_layouts
+
+__all__ = ["HostDMA", "DMA_READ_HOST", "DMA_WRITE_UB", "DMA_WRITE_ACC"]
+
+#: Transfer kinds.
+DMA_READ_HOST, DMA_WRITE_UB, DMA_WRITE_ACC = 0, 1, 2
+
+
+class HostDMA(wiring.Component):
+    """Moves rows between the host streams and the memories, one transfer at a time, one
+    row per cycle, beside the sequencer (which goes on issuing other instructions).
+
+    * ``DMA_READ_HOST``: ``count`` rows from ``host_in`` into UB rows ``addr...``;
+    * ``DMA_WRITE_UB`` / ``DMA_WRITE_ACC``: UB or accumulator rows ``addr...`` to
+      ``host_out`` (operands sign-extended; accumulator words in lanes ``0 .. cols - 1``).
+
+    ``busy``, ``kind``, ``low`` and ``high`` describe the transfer under way (its whole
+    address range ``[low, high)``), so that the sequencer can hold back instructions that
+    touch those rows.
+
+    Latency: a transfer of ``n`` rows takes ``n`` cycles (``n + 2`` for writes to the host)
+    when the host keeps up and the datapath's own traffic leaves the memory port free.
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        layouts = command_layouts(cfg)
+        self.host_row_layout = data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes)
+        super().__init__({
+            "request": In(stream.Signature(data.StructLayout(
+                {"kind": 2, "addr": 16, "count": 16}))),
+            "cancel": In(1),
+            "busy": Out(1),
+            "kind": Out(2),
+            "low": Out(17),
+            "high": Out(17),
+            "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
+            "host_out": Out(stream.Signature(self.host_row_layout)),
+            "host_write": Out(stream.Signature(layouts["host_write"])),
+            "host_read": Out(stream.Signature(cfg.ub_addr_width)),
+            "host_acc_read": Out(stream.Signature(cfg.acc_addr_width)),
+            "host_data": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
+            "host_acc_data": In(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.cols))),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        base = Signal(16)
+        count = Signal(16)
+        requested = Signal(16)      # rows written, or read requests issued
+        answered = Signal(16)       # rows sent to the host
+        from_acc = self.kind == DMA_WRITE_ACC
+
+        m.d.comb += [self.request.ready.eq(~self.busy), self.low.eq(base),
+                     self.high.eq(base + count)]
+        with m.If(self.request.valid & ~self.busy):
+            m.d.sync += [self.busy.eq(self.request.payload.count != 0),
+                         self.kind.eq(self.request.payload.kind),
+                         base.eq(self.request.payload.addr),
+                         count.eq(self.request.payload.count),
+                         requested.eq(0), answered.eq(0)]
+
+        with m.If(self.busy & (self.kind == DMA_READ_HOST)):
+            m.d.comb += [
+                self.host_write.valid.eq(self.host_in.valid),
+                self.host_write.payload.addr.eq(base + requested),
+                self.host_write.payload.data.eq(self.host_in.payload),
+                self.host_write.payload.mask.eq((1 << cfg.ub_lanes) - 1),
+                self.host_in.ready.eq(self.host_write.ready),
+            ]
+            with m.If(self.host_in.valid & self.host_write.ready):
+                m.d.sync += requested.eq(requested + 1)
+                with m.If(requested + 1 == count):
+                    m.d.sync += self.busy.eq(0)
+
+        with m.If(self.busy & (self.kind != DMA_READ_HOST)):
+            with m.If(requested != count):
+                with m.If(from_acc):
+                    m.d.comb += [self.host_acc_read.valid.eq(1),
+                                 self.host_acc_read.payload.eq(base + requested)]
+                with m.Else():
+                    m.d.comb += [self.host_read.valid.eq(1),
+                                 self.host_read.payload.eq(base + requested)]
+                with m.If(Mux(from_acc, self.host_acc_read.ready, self.host_read.ready)):
+                    m.d.sync += requested.eq(requested + 1)
+            answer = Mux(from_acc, self.host_acc_data.valid, self.host_data.valid)
+            m.d.comb += [self.host_out.valid.eq(answer),
+                         self.host_acc_data.ready.eq(from_acc & self.host_out.ready),
+                         self.host_data.ready.eq(~from_acc & self.host_out.ready)]
+            for index in range(cfg.ub_lanes):
+                acc_lane = (self.host_acc_data.payload[index] if index < cfg.cols
+                            else Const(0, cfg.acc_shape))
+                m.d.comb += self.host_out.payload[index].eq(
+                    Mux(from_acc, acc_lane, self.host_data.payload[index]))
+            with m.If(answer & self.host_out.ready):
+                m.d.sync += answered.eq(answered + 1)
+                with m.If(answered + 1 == count):
+                    m.d.sync += self.busy.eq(0)
+        with m.If(self.cancel):
+            m.d.sync += self.busy.eq(0)
+        return m
