@@ -67,14 +67,15 @@ class HostDMA(wiring.Component):
                          count.eq(self.request.payload.count),
                          requested.eq(0), answered.eq(0)]
 
-        with m.If(self.busy & (self.kind == DMA_READ_HOST)):
-            m.d.comb += [
-                self.host_write.valid.eq(self.host_in.valid),
-                self.host_write.payload.addr.eq(base + requested),
-                self.host_write.payload.data.eq(self.host_in.payload),
-                self.host_write.payload.mask.eq((1 << cfg.ub_lanes) - 1),
-                self.host_in.ready.eq(self.host_write.ready),
-            ]
+        reading_host = self.busy & (self.kind == DMA_READ_HOST)
+        m.d.comb += [
+            self.host_write.valid.eq(reading_host & self.host_in.valid),
+            self.host_write.payload.addr.eq(base + requested),
+            self.host_write.payload.data.eq(self.host_in.payload),
+            self.host_write.payload.mask.eq((1 << cfg.ub_lanes) - 1),
+            self.host_in.ready.eq(reading_host & self.host_write.ready),
+        ]
+        with m.If(reading_host):
             with m.If(self.host_in.valid & self.host_write.ready):
                 m.d.sync += requested.eq(requested + 1)
                 with m.If(requested + 1 == count):

@@ -80,6 +80,14 @@ class Build:
     directory: Path
 
 
+def for_icarus(verilog):
+    """Icarus may run an ``always @*`` block for the first time only when one of its inputs
+    changes, so an output whose inputs hold still from time 0 stays X. SystemVerilog's
+    ``always_comb`` (Icarus runs with ``-g2012``) is evaluated once at time 0 by definition;
+    the logic is the same."""
+    return verilog.replace("always @*", "always_comb")
+
+
 def _stamp(verilog, simulator, waves, build_args):
     text = json.dumps([verilog, simulator, waves, build_args])
     return hashlib.sha256(text.encode()).hexdigest()
@@ -97,6 +105,8 @@ def build(block, cfg, simulator, *, waves=None):
     directory = build_root() / "sim" / simulator / f"{block}-{cfg.name}{'-waves' if waves else ''}"
     directory.mkdir(parents=True, exist_ok=True)
     verilog = to_verilog(build_block(block, cfg), name="top")
+    if simulator == "icarus":
+        verilog = for_icarus(verilog)
     source = directory / "top.v"
     build_args = []
     if simulator == "verilator":

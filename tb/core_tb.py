@@ -30,6 +30,13 @@ class CoreRun:
     instructions: int = 0
 
 
+def idle_inputs(io):
+    """Drive every input of the core to its idle value (undriven inputs are X in Icarus)."""
+    for name in ("start", "abort_run", "program_write_en", "weight_write_en",
+                 "host_in__valid", "host_out__ready"):
+        io.set(name, 0)
+
+
 async def load_program(io, cfg, words, start=0):
     for offset, word in enumerate(words):
         io.set("program_write_addr", start + offset)
@@ -222,6 +229,7 @@ async def check_program(io, cfg, rng, program, host_rows, weights, label, model,
 
 
 async def _setup(io, cfg, rng):
+    idle_inputs(io)
     model = CoreModel(cfg)
     weights = rng.integers(cfg.operand_min, cfg.operand_max + 1,
                            (cfg.weight_tiles, cfg.rows, cfg.cols))
@@ -347,6 +355,7 @@ BENCHES = {
 async def run_steps(io, cfg, steps):
     """Run driver :class:`~tpuer.driver.Step` s one after another on the core (weights
     loaded before each); returns one :class:`CoreRun` per step."""
+    idle_inputs(io)
     runs = []
     for step in steps:
         await load_weights(io, cfg, step.weights)

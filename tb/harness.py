@@ -79,7 +79,11 @@ class CocotbIO:
         self._handle(name).value = value
 
     def get(self, name):
-        return int(self._handle(name).value)
+        value = self._handle(name).value
+        try:
+            return int(value)
+        except ValueError:
+            raise TestbenchError(f"{name} is {value} (not 0/1) in cycle {self.cycle}") from None
 
     async def settle(self):
         from cocotb.triggers import ReadOnly
