@@ -46,6 +46,9 @@ def plan_matmul(cfg, a, b):
     n_tiles = -(-n // cfg.cols)
     k_group = min(k_tiles, cfg.weight_tiles, cfg.ub_depth)
     n_group = max(1, min(n_tiles, cfg.weight_tiles // k_group, cfg.acc_depth))
+    double_block = min(m, cfg.acc_depth // (2 * n_group), cfg.ub_depth // (2 * k_group))
+    if k_group == k_tiles and double_block >= 1 and m > double_block:
+        return _plan_overlapped(cfg, a, b, n_group, double_block)
     block = max(1, min(m, cfg.acc_depth // n_group, cfg.ub_depth // k_group))
     prefetch = cfg.weight_fifo_tiles + 1
     steps = []
@@ -77,6 +80,69 @@ def plan_matmul(cfg, a, b):
                 program.append(isa.halt())
                 steps.append(Step(program, weights, host_in,
                                   [(m0, rows, nt) for nt in nts] if last else []))
+    return steps
+
+
+def _input_rows(cfg, a, m0, rows, k_tiles):
+    host_in = []
+    for kt in range(k_tiles):
+        chunk = np.zeros((rows, cfg.ub_lanes), dtype=np.int64)
+        part = a[m0:m0 + rows, kt * cfg.rows:(kt + 1) * cfg.rows]
+        chunk[:, :part.shape[1]] = part
+        host_in.extend(chunk)
+    return host_in
+
+
+def _plan_overlapped(cfg, a, b, n_group, block):
+    """Like :func:`plan_matmul`, with every K tile in one group and several M blocks per
+    program, double-buffered: while the matrix unit multiplies block ``i`` (UB and
+    accumulator regions ``i % 2``), the host DMA engine sends out the results of block
+    ``i - 1`` and brings in the inputs of block ``i + 1``."""
+    m, k = a.shape
+    n = b.shape[1]
+    k_tiles, n_tiles = -(-k // cfg.rows), -(-n // cfg.cols)
+    prefetch = cfg.weight_fifo_tiles + 1
+    ub_region, acc_region = block * k_tiles, block * n_group
+    steps = []
+    for n0 in range(0, n_tiles, n_group):
+        nts = list(range(n0, min(n_tiles, n0 + n_group)))
+        order = [(i_n, i_k) for i_n in range(len(nts)) for i_k in range(k_tiles)]
+        weights = np.concatenate([_tiles_of(b, cfg, list(range(k_tiles)), nt) for nt in nts])
+        per_block = 2 * len(order) + 3
+        blocks_per_program = max(1, (cfg.program_depth - 4) // per_block)
+        starts = list(range(0, m, block))
+        for first in range(0, len(starts), blocks_per_program):
+            mine = starts[first:first + blocks_per_program]
+            sizes = [min(block, m - m0) for m0 in mine]
+            ahead = min(len(order), prefetch)
+            program = [isa.read_weights(0, ahead), isa.read_host(0, sizes[0] * k_tiles)]
+            host_in = _input_rows(cfg, a, mine[0], sizes[0], k_tiles)
+            outputs = []
+            tiles_read = ahead
+            for i, (m0, rows) in enumerate(zip(mine, sizes)):
+                ub0, acc0 = (i % 2) * ub_region, (i % 2) * acc_region
+                if i > 0:   # the previous block's results go out while this one multiplies
+                    program.append(isa.write_host(((i - 1) % 2) * acc_region,
+                                                  sizes[i - 1] * len(nts), from_acc=True))
+                    outputs.extend((mine[i - 1], sizes[i - 1], nt) for nt in nts)
+                for index, (i_n, i_k) in enumerate(order):
+                    if index == len(order) // 2 and i + 1 < len(mine):
+                        program.append(isa.read_host(((i + 1) % 2) * ub_region,
+                                                     sizes[i + 1] * k_tiles))
+                        host_in.extend(_input_rows(cfg, a, mine[i + 1], sizes[i + 1], k_tiles))
+                    program.append(isa.matmul(ub0 + i_k * rows, acc0 + i_n * rows, rows,
+                                              accumulate=i_k > 0))
+                    # Keep the Weight FIFO ahead: the tiles of the next block repeat.
+                    consumed = i * len(order) + index + 1
+                    if tiles_read - consumed < ahead and tiles_read < len(mine) * len(order):
+                        program.append(isa.read_weights(tiles_read % len(order), 1))
+                        tiles_read += 1
+            last = len(mine) - 1
+            program.append(isa.write_host((last % 2) * acc_region, sizes[last] * len(nts),
+                                          from_acc=True))
+            outputs.extend((mine[last], sizes[last], nt) for nt in nts)
+            program.append(isa.halt())
+            steps.append(Step(program, weights, host_in, outputs))
     return steps
 
 
