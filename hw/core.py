@@ -73,6 +73,7 @@ class Core(wiring.Component):
             dp.params.eq(seq.params),
             seq.weight_reader_busy.eq(reader.busy),
             seq.matmul_busy.eq(dp.matmul_busy),
+            seq.acc_bank_busy.eq(dp.acc_bank_busy),
             seq.activate_busy.eq(dp.activate_busy),
             seq.weight_stall.eq(dp.weight_stall),
             seq.vector_issued.eq(dp.vector_issued),

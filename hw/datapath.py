@@ -54,6 +54,10 @@ class Datapath(wiring.Component):
     matmul_busy, activate_busy : Out(1)
         A ``matmul`` (up to its accumulator write) or an ``activate`` (up to its UB write)
         is still in flight.
+    acc_bank_busy : Out(2)
+        Bit ``h``: some accepted ``matmul`` row has not yet been written into accumulator
+        half ``h`` (rows below ``acc_depth // 2``, or from there on), so that a reader of
+        one half need not wait for products going into the other.
     vector_issued : Out(1)
         A vector entered the matrix unit this cycle (the MXU-busy counter counts these).
     weight_stall, overflow, range_error : Out(1)
@@ -86,6 +90,7 @@ class Datapath(wiring.Component):
             "host_acc_data": Out(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.cols))),
             "busy": Out(1),
             "matmul_busy": Out(1),
+            "acc_bank_busy": Out(2),
             "activate_busy": Out(1),
             "vector_issued": Out(1),
             "weight_stall": Out(1),
@@ -136,6 +141,22 @@ class Datapath(wiring.Component):
             mxu.rows.valid.eq(feed.r_rdy),
             feed.r_en.eq(mxu.rows.ready),
         ]
+
+        # In-flight rows per accumulator half: counted in when the command is accepted, out
+        # when its accumulator write commits.
+        half = cfg.acc_depth // 2
+        in_flight_limit = cfg.rows + cfg.cols + 10
+        banks = [Signal(range(in_flight_limit), name=f"acc_bank{h}_rows") for h in (0, 1)]
+        commit_bank = Signal()
+        committing = Signal()
+        m.d.sync += [committing.eq(mxu.results.valid),
+                     commit_bank.eq(mxu.results.payload.tag.acc_addr >= half)]
+        issue_bank = self.matmul.payload.acc_addr >= half
+        for h, count in enumerate(banks):
+            up = issue & (issue_bank == h)
+            down = committing & (commit_bank == h)
+            m.d.sync += count.eq(count + up - down)
+            m.d.comb += self.acc_bank_busy[h].eq(count != 0)
 
         # --- matrix unit results -> accumulators ----------------------------------------
         m.d.comb += [

@@ -21,7 +21,8 @@ class Sequencer(wiring.Component):
     ``ERROR`` with an :class:`~tpuer.isa.ErrorCode` and its index (``error_pc``), so the
     core never writes outside a memory and never waits for a weight tile that no
     READ_WEIGHTS asked for. Hazards are kept in hardware, conservatively: ACTIVATE and
-    WRITE_HOST of accumulators wait until every issued matrix row has been written; MATMUL,
+    WRITE_HOST of accumulators wait until every issued matrix row bound for the same half of
+    the accumulator memory has been written; MATMUL,
     READ_HOST, WRITE_HOST and CONFIG wait until every activated row has been written;
     MATMUL and ACTIVATE wait while the host DMA engine moves rows they read or write; SYNC
     and HALT wait for everything, weight reads and host transfers included. READ_HOST and
@@ -89,6 +90,7 @@ class Sequencer(wiring.Component):
                                                                       "tiles": 16}))),
             "weight_reader_busy": In(1),
             "matmul_busy": In(1),
+            "acc_bank_busy": In(2),
             "activate_busy": In(1),
             "weight_stall": In(1),
             "vector_issued": In(1),
@@ -183,6 +185,14 @@ class Sequencer(wiring.Component):
             """The DMA transfer under way touches rows ``[start, start + n)``."""
             return self.dma_busy & (self.dma_low < start + n) & (start < self.dma_high)
 
+        half = cfg.acc_depth // 2
+
+        def acc_rows_pending(start):
+            """Products are still going into accumulator rows ``[start, start + n)``."""
+            low = self.acc_bank_busy[0] & (start < half)
+            high = self.acc_bank_busy[1] & (start + n > half)
+            return low | high
+
         kind = self.dma_kind
         dma_blocks_matmul = (((kind == DMA_READ_HOST) & dma_overlaps(a)) |       # RAW, UB
                              ((kind == DMA_WRITE_ACC) & dma_overlaps(b)))        # WAR, acc
@@ -258,7 +268,7 @@ class Sequencer(wiring.Component):
                     # Handed to the host DMA engine, which moves the rows while the
                     # sequencer goes on; instructions that touch those rows wait for it.
                     with m.If(~self.activate_busy &
-                              ~(is_op[Opcode.WRITE_HOST] & from_acc & self.matmul_busy)):
+                              ~(is_op[Opcode.WRITE_HOST] & from_acc & acc_rows_pending(a))):
                         m.d.comb += [
                             self.dma_request.valid.eq(1),
                             self.dma_request.payload.kind.eq(
@@ -292,7 +302,7 @@ class Sequencer(wiring.Component):
                             with m.If(last_step):
                                 retire()
                 with m.Elif(is_op[Opcode.ACTIVATE]):
-                    with m.If(~self.matmul_busy & ~dma_blocks_activate):
+                    with m.If(~acc_rows_pending(a) & ~dma_blocks_activate):
                         m.d.comb += [self.activate.valid.eq(1),
                                      self.activate.payload.acc_addr.eq(a + step),
                                      self.activate.payload.ub_addr.eq(b + step)]

@@ -67,7 +67,7 @@ class Config:
     acc_depth: int = 256
     weight_fifo_tiles: int = 4
     weight_tiles: int = 16
-    program_depth: int = 256
+    program_depth: int = 1024
 
     def __post_init__(self):
         _check_int("rows", self.rows, 1, 256)

@@ -93,16 +93,37 @@ def _input_rows(cfg, a, m0, rows, k_tiles):
     return host_in
 
 
+def _block_sizes(m, block):
+    """M split into blocks of ``block`` rows, except a short first and last block: the
+    first block's inputs and the last block's results cannot overlap any product, so they
+    are kept small."""
+    short = max(1, block // 4)
+    if m <= 2 * block:
+        return [min(block, m - start) for start in range(0, m, block)]
+    sizes = [short]
+    rest = m - short
+    while rest > block + short:
+        sizes.append(block)
+        rest -= block
+    if rest > short:
+        sizes.extend([rest - short, short])
+    else:
+        sizes.append(rest)
+    return sizes
+
+
 def _plan_overlapped(cfg, a, b, n_group, block):
     """Like :func:`plan_matmul`, with every K tile in one group and several M blocks per
     program, double-buffered: while the matrix unit multiplies block ``i`` (UB and
-    accumulator regions ``i % 2``), the host DMA engine sends out the results of block
+    accumulator halves ``i % 2``), the host DMA engine sends out the results of block
     ``i - 1`` and brings in the inputs of block ``i + 1``."""
     m, k = a.shape
     n = b.shape[1]
     k_tiles, n_tiles = -(-k // cfg.rows), -(-n // cfg.cols)
     prefetch = cfg.weight_fifo_tiles + 1
-    ub_region, acc_region = block * k_tiles, block * n_group
+    # The second accumulator region starts at the memory's second half, which the
+    # sequencer tracks on its own: reading one half out never waits for the other.
+    ub_region, acc_region = block * k_tiles, cfg.acc_depth // 2
     steps = []
     for n0 in range(0, n_tiles, n_group):
         nts = list(range(n0, min(n_tiles, n0 + n_group)))
@@ -110,10 +131,11 @@ def _plan_overlapped(cfg, a, b, n_group, block):
         weights = np.concatenate([_tiles_of(b, cfg, list(range(k_tiles)), nt) for nt in nts])
         per_block = 2 * len(order) + 3
         blocks_per_program = max(1, (cfg.program_depth - 4) // per_block)
-        starts = list(range(0, m, block))
-        for first in range(0, len(starts), blocks_per_program):
-            mine = starts[first:first + blocks_per_program]
-            sizes = [min(block, m - m0) for m0 in mine]
+        all_sizes = _block_sizes(m, block)
+        all_starts = list(np.cumsum([0] + all_sizes[:-1]))
+        for first in range(0, len(all_sizes), blocks_per_program):
+            mine = [int(v) for v in all_starts[first:first + blocks_per_program]]
+            sizes = all_sizes[first:first + blocks_per_program]
             ahead = min(len(order), prefetch)
             program = [isa.read_weights(0, ahead), isa.read_host(0, sizes[0] * k_tiles)]
             host_in = _input_rows(cfg, a, mine[0], sizes[0], k_tiles)
@@ -121,11 +143,13 @@ def _plan_overlapped(cfg, a, b, n_group, block):
             tiles_read = ahead
             for i, (m0, rows) in enumerate(zip(mine, sizes)):
                 ub0, acc0 = (i % 2) * ub_region, (i % 2) * acc_region
-                if i > 0:   # the previous block's results go out while this one multiplies
-                    program.append(isa.write_host(((i - 1) % 2) * acc_region,
-                                                  sizes[i - 1] * len(nts), from_acc=True))
-                    outputs.extend((mine[i - 1], sizes[i - 1], nt) for nt in nts)
                 for index, (i_n, i_k) in enumerate(order):
+                    if index == min(1, len(order) - 1) and i > 0:
+                        # The previous block's results go out while this one multiplies:
+                        # after its first product, so that the other half has drained.
+                        program.append(isa.write_host(((i - 1) % 2) * acc_region,
+                                                      sizes[i - 1] * len(nts), from_acc=True))
+                        outputs.extend((mine[i - 1], sizes[i - 1], nt) for nt in nts)
                     if index == len(order) // 2 and i + 1 < len(mine):
                         program.append(isa.read_host(((i + 1) % 2) * ub_region,
                                                      sizes[i + 1] * k_tiles))
