@@ -143,14 +143,19 @@ def _plan_overlapped(cfg, a, b, n_group, block):
             tiles_read = ahead
             for i, (m0, rows) in enumerate(zip(mine, sizes)):
                 ub0, acc0 = (i % 2) * ub_region, (i % 2) * acc_region
+                # The previous block's results go out once the other accumulator half has
+                # drained (after a pipeline's worth of this block's products); the next
+                # block's inputs come in as soon as the DMA engine is done with them.
+                drain = cfg.rows + cfg.cols + 4
+                out_at = min(len(order) - 1, -(-drain // rows)) if i > 0 else -1
+                out_rows = sizes[i - 1] * len(nts) if i > 0 else 0
+                in_at = min(len(order) - 1, out_at + 1 + -(-out_rows // rows)) if i > 0 else 0
                 for index, (i_n, i_k) in enumerate(order):
-                    if index == min(1, len(order) - 1) and i > 0:
-                        # The previous block's results go out while this one multiplies:
-                        # after its first product, so that the other half has drained.
-                        program.append(isa.write_host(((i - 1) % 2) * acc_region,
-                                                      sizes[i - 1] * len(nts), from_acc=True))
+                    if index == out_at:
+                        program.append(isa.write_host(((i - 1) % 2) * acc_region, out_rows,
+                                                      from_acc=True))
                         outputs.extend((mine[i - 1], sizes[i - 1], nt) for nt in nts)
-                    if index == len(order) // 2 and i + 1 < len(mine):
+                    if index == in_at and i + 1 < len(mine):
                         program.append(isa.read_host(((i + 1) % 2) * ub_region,
                                                      sizes[i + 1] * k_tiles))
                         host_in.extend(_input_rows(cfg, a, mine[i + 1], sizes[i + 1], k_tiles))
