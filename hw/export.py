@@ -37,6 +37,7 @@ def blocks():
     from .accumulators import AccumulatorMemory
     from .activation import ActivationUnit
     from .core import Core
+    from .tpu import TPU
     from .datapath import Datapath
     from .matrix_unit import MatrixUnit
     from .systolic_array import SystolicArray
@@ -51,6 +52,7 @@ def blocks():
         "activation": ActivationUnit,
         "datapath": Datapath,
         "core": Core,
+        "tpu": TPU,
     }
 
 

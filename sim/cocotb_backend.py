@@ -6,6 +6,7 @@ redone only when the generated Verilog or the build options change.
 """
 
 import hashlib
+import re
 import json
 import os
 import shutil
@@ -82,10 +83,12 @@ class Build:
 
 def for_icarus(verilog):
     """Icarus may run an ``always @*`` block for the first time only when one of its inputs
-    changes, so an output whose inputs hold still from time 0 stays X. SystemVerilog's
-    ``always_comb`` (Icarus runs with ``-g2012``) is evaluated once at time 0 by definition;
-    the logic is the same."""
-    return verilog.replace("always @*", "always_comb")
+    changes, so an output whose inputs hold still from time 0 stays X. Yosys gives every
+    such block a dummy trigger register that starts at 0; here each trigger also toggles
+    once, one time step after time 0, so that every block runs once. The logic is the same."""
+    pattern = re.compile(r"^(\s*)reg (\\\S*dump_module\S*) += 0;$", re.M)
+    return pattern.sub(lambda m: f"{m.group(0)}\n{m.group(1)}initial #1 {m.group(2)} = 1'h1;",
+                       verilog)
 
 
 def _stamp(verilog, simulator, waves, build_args):

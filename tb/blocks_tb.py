@@ -126,6 +126,12 @@ async def bench_weight_fifo(io, cfg, rng, rows=None):
     def watch(io):
         full_seen.append((io.get("w__ready") == 0, io.get("level")))
 
+    # First with the reader stopped, so that the FIFO must fill and push back; then with
+    # random stalls until every row is out.
+    sink.stall = 1.0
+    await run_cycles(io, [source, sink], until=lambda: any(full for full, _ in full_seen),
+                     max_cycles=10 * count + 100, on_cycle=watch)
+    sink.stall = 0.6
     await run_cycles(io, [source, sink], until=lambda: len(sink.items) == count,
                      max_cycles=40 * count + 100, on_cycle=watch)
     for k, (got, want) in enumerate(zip(sink.items, items)):

@@ -53,6 +53,13 @@ def test_core(cfg, bench):
     run_pysim(build_block("core", cfg), benches[bench], cfg, rng_for("core", bench, cfg))
 
 
+@pytest.mark.parametrize("bench", list(importlib.import_module("tpuer.tb.tpu_tb").BENCHES))
+@pytest.mark.parametrize("cfg", CORE_CONFIGS[:2], ids=lambda c: c.name)
+def test_tpu_host_command_set(cfg, bench):
+    benches = importlib.import_module("tpuer.tb.tpu_tb").BENCHES
+    run_pysim(build_block("tpu", cfg), benches[bench], cfg, rng_for("tpu", bench, cfg))
+
+
 @pytest.mark.parametrize("cfg", PYSIM_CONFIGS, ids=lambda c: c.name)
 def test_processing_element(cfg):
     pe = ProcessingElement(operand_shape=cfg.operand_shape, acc_shape=cfg.acc_shape)

@@ -28,6 +28,15 @@ def test_core_on_simulator(simulator, cfg):
     assert backend.run(built, seed=seed()) == 4
 
 
+@pytest.mark.parametrize("cfg", [CORE_CONFIGS[1], CORE_CONFIGS[3]], ids=lambda c: c.name)
+@pytest.mark.parametrize("simulator", backend.SIMULATORS)
+def test_tpu_through_its_host_command_set(simulator, cfg):
+    """Programs and data over the word streams, against the golden model; bad commands."""
+    require_simulator(simulator)
+    built = backend.build("tpu", cfg, simulator)
+    assert backend.run(built, seed=seed()) == 2
+
+
 def test_a_failing_cocotb_test_fails_the_run(tmp_path):
     """The back end must turn a failed cocotb test into an exception, not a silent pass."""
     results = tmp_path / "results.xml"

@@ -1,0 +1,214 @@
+"""The host interface: the word-stream command set of :mod:`tpuer.protocol`, turned into the
+core's host ports."""
+
+from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..isa import INSTRUCTION_BITS, CoreState, ErrorCode
+from ..protocol import (HEADER_LAYOUT, STATUS_WORDS, WORD_BITS, Command, Reply, host_row_words,
+                        weight_row_words)
+
+__all__ = ["HostInterface"]
+
+
+class HostInterface(wiring.Component):
+    """Parses commands from ``cmd`` one word per cycle and drives the core; sends ``ROW``
+    replies for the rows the core writes to the host and ``STATUS`` / ``BAD_COMMAND``
+    replies on ``rsp``, a whole reply at a time. See :mod:`tpuer.protocol` for the words.
+
+    A header with an unknown opcode is answered with ``BAD_COMMAND`` and the next word is
+    read as a header, so the interface never locks up on bad input. ``DATA`` rows that
+    arrive while the core is not running are dropped, so they cannot block the stream.
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        super().__init__({
+            "cmd": In(stream.Signature(WORD_BITS)),
+            "rsp": Out(stream.Signature(WORD_BITS)),
+            "program_write_addr": Out(cfg.program_addr_width),
+            "program_write_data": Out(INSTRUCTION_BITS),
+            "program_write_en": Out(1),
+            "weight_write_addr": Out(cfg.weight_addr_width),
+            "weight_write_data": Out(data.ArrayLayout(cfg.operand_shape, cfg.cols)),
+            "weight_write_en": Out(1),
+            "start": Out(1),
+            "start_pc": Out(16),
+            "abort_run": Out(1),
+            "host_in": Out(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
+            "host_out": In(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes))),
+            "state": In(CoreState),
+            "error": In(ErrorCode),
+            "error_pc": In(17),
+            "cycles": In(32),
+            "mxu_busy_cycles": In(32),
+            "weight_stall_cycles": In(32),
+            "instructions": In(32),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        word = self.cmd.payload
+        head = data.View(HEADER_LAYOUT, word)
+        count = Signal(24)
+        addr = Signal(17)
+        low = Signal(32)
+        widest = max(weight_row_words(cfg), host_row_words(cfg))
+        buffer = Signal(32 * widest)           # the words of a row being gathered
+        index = Signal(range(widest + 1))
+        status_request = Signal()
+        bad_request = Signal()
+        bad_opcode = Signal(8)
+        took = self.cmd.valid & self.cmd.ready
+
+        def int8_lanes(bits, lanes):
+            return [bits[8 * k:8 * k + 8] for k in range(lanes)]
+
+        with m.FSM(name="parser"):
+            with m.State("Header"):
+                m.d.comb += self.cmd.ready.eq(~status_request & ~bad_request)
+                with m.If(took):
+                    m.d.sync += [count.eq(head.count), index.eq(0)]
+                    with m.Switch(head.opcode):
+                        with m.Case(Command.WRITE_PROGRAM.value):
+                            m.next = "ProgramAddress"
+                        with m.Case(Command.WRITE_WEIGHTS.value):
+                            m.next = "WeightAddress"
+                        with m.Case(Command.START.value):
+                            m.next = "StartAddress"
+                        with m.Case(Command.DATA.value):
+                            with m.If(head.count != 0):
+                                m.next = "Data"
+                        with m.Case(Command.STATUS.value):
+                            m.d.sync += status_request.eq(1)
+                        with m.Case(Command.ABORT.value):
+                            m.d.comb += self.abort_run.eq(1)
+                        with m.Default():
+                            m.d.sync += [bad_request.eq(1), bad_opcode.eq(head.opcode)]
+
+            with m.State("ProgramAddress"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(took):
+                    m.d.sync += addr.eq(word)
+                    _goto(m, count == 0, "Header", "ProgramLow")
+            with m.State("ProgramLow"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(took):
+                    m.d.sync += low.eq(word)
+                    m.next = "ProgramHigh"
+            with m.State("ProgramHigh"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(took):
+                    m.d.comb += [self.program_write_addr.eq(addr),
+                                 self.program_write_data.eq(Cat(low, word)),
+                                 self.program_write_en.eq(addr < cfg.program_depth)]
+                    m.d.sync += [addr.eq(addr + 1), count.eq(count - 1)]
+                    _goto(m, count == 1, "Header", "ProgramLow")
+
+            with m.State("WeightAddress"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(took):
+                    m.d.sync += addr.eq(word)
+                    _goto(m, count == 0, "Header", "Weights")
+            with m.State("Weights"):
+                m.d.comb += self.cmd.ready.eq(1)
+                words = weight_row_words(cfg)
+                with m.If(took):
+                    m.d.sync += buffer.word_select(index, 32).eq(word)
+                    m.d.sync += index.eq(index + 1)
+                    with m.If(index == words - 1):
+                        row = _row_from(buffer, word, words)
+                        for lane, bits in enumerate(int8_lanes(row, cfg.cols)):
+                            m.d.comb += self.weight_write_data[lane].eq(bits)
+                        m.d.comb += [self.weight_write_addr.eq(addr),
+                                     self.weight_write_en.eq(addr < cfg.weight_memory_depth)]
+                        m.d.sync += [addr.eq(addr + 1), count.eq(count - 1), index.eq(0)]
+                        with m.If(count == 1):
+                            m.next = "Header"
+
+            with m.State("StartAddress"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(took):
+                    m.d.comb += [self.start.eq(1), self.start_pc.eq(word)]
+                    m.next = "Header"
+
+            with m.State("Data"):
+                m.d.comb += self.cmd.ready.eq(1)
+                words = host_row_words(cfg)
+                with m.If(took):
+                    m.d.sync += [buffer.word_select(index, 32).eq(word), index.eq(index + 1)]
+                    with m.If(index == words - 1):
+                        m.next = "DataPush"
+            with m.State("DataPush"):
+                running = self.state == CoreState.RUNNING
+                for lane, bits in enumerate(int8_lanes(buffer, cfg.ub_lanes)):
+                    m.d.comb += self.host_in.payload[lane].eq(bits)
+                m.d.comb += self.host_in.valid.eq(running)
+                with m.If(~running | self.host_in.ready):
+                    m.d.sync += [count.eq(count - 1), index.eq(0)]
+                    _goto(m, count == 1, "Header", "Data")
+
+        # --- replies: one whole reply at a time ------------------------------------------
+        lanes = cfg.ub_lanes
+        sent = Signal(range(max(lanes, STATUS_WORDS) + 2))
+        snapshot = Signal(32 * STATUS_WORDS)
+        with m.FSM(name="replies"):
+            with m.State("Idle"):
+                with m.If(status_request):
+                    m.d.sync += [sent.eq(0), snapshot.eq(Cat(
+                        self.state.as_value(), Const(0, 6), self.error.as_value(), Const(0, 20),
+                        self.error_pc, Const(0, 15), self.cycles, self.mxu_busy_cycles,
+                        self.weight_stall_cycles, self.instructions))]
+                    m.next = "Status"
+                with m.Elif(bad_request):
+                    m.d.comb += [self.rsp.valid.eq(1),
+                                 self.rsp.payload.eq(Cat(bad_opcode, Const(0, 16),
+                                                         Const(Reply.BAD_COMMAND.value, 8)))]
+                    with m.If(self.rsp.ready):
+                        m.d.sync += bad_request.eq(0)
+                with m.Elif(self.host_out.valid):
+                    m.d.sync += sent.eq(0)
+                    m.next = "Row"
+            with m.State("Status"):
+                m.d.comb += self.rsp.valid.eq(1)
+                with m.If(sent == 0):
+                    m.d.comb += self.rsp.payload.eq((Reply.STATUS.value << 24) | STATUS_WORDS)
+                with m.Else():
+                    m.d.comb += self.rsp.payload.eq(snapshot.word_select((sent - 1).as_unsigned(), 32))
+                with m.If(self.rsp.ready):
+                    m.d.sync += sent.eq(sent + 1)
+                    with m.If(sent == STATUS_WORDS):
+                        m.d.sync += status_request.eq(0)
+                        m.next = "Idle"
+            with m.State("Row"):
+                m.d.comb += self.rsp.valid.eq(1)
+                with m.If(sent == 0):
+                    m.d.comb += self.rsp.payload.eq((Reply.ROW.value << 24) | lanes)
+                with m.Else():
+                    m.d.comb += self.rsp.payload.eq(
+                        self.host_out.payload.as_value().word_select((sent - 1).as_unsigned(), cfg.acc_width)
+                        .as_signed())
+                with m.If(self.rsp.ready):
+                    m.d.sync += sent.eq(sent + 1)
+                    with m.If(sent == lanes):
+                        m.d.comb += self.host_out.ready.eq(1)
+                        m.next = "Idle"
+        return m
+
+
+def _goto(m, condition, when_true, when_false):
+    """Inside an FSM state: go to ``when_true`` if ``condition`` holds, else ``when_false``."""
+    with m.If(condition):
+        m.next = when_true
+    with m.Else():
+        m.next = when_false
+
+
+def _row_from(buffer, word, words):
+    """The bits of a row of ``words`` words whose last word arrives now (``word``) and
+    whose others are in ``buffer``."""
+    if words == 1:
+        return word
+    return Cat(buffer[:32 * (words - 1)], word)

@@ -1,0 +1,38 @@
+"""The whole TPU behind its host interface: one pair of 32-bit word streams."""
+
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..protocol import WORD_BITS
+from .core import Core
+from .host_interface import HostInterface
+
+__all__ = ["TPU"]
+
+
+class TPU(wiring.Component):
+    """:class:`Core` and :class:`HostInterface` joined: commands in on ``cmd``, replies out
+    on ``rsp`` (:mod:`tpuer.protocol`). A UART, or any other link, wraps exactly these."""
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        super().__init__({"cmd": In(stream.Signature(WORD_BITS)),
+                          "rsp": Out(stream.Signature(WORD_BITS))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.host = host = HostInterface(self._cfg)
+        m.submodules.core = core = Core(self._cfg)
+        wiring.connect(m, wiring.flipped(self.cmd), host.cmd)
+        wiring.connect(m, host.rsp, wiring.flipped(self.rsp))
+        wiring.connect(m, host.host_in, core.host_in)
+        wiring.connect(m, core.host_out, host.host_out)
+        for name in ("program_write_addr", "program_write_data", "program_write_en",
+                     "weight_write_addr", "weight_write_data", "weight_write_en",
+                     "start", "start_pc", "abort_run"):
+            m.d.comb += getattr(core, name).eq(getattr(host, name))
+        for name in ("state", "error", "error_pc", "cycles", "mxu_busy_cycles",
+                     "weight_stall_cycles", "instructions"):
+            m.d.comb += getattr(host, name).eq(getattr(core, name))
+        return m

@@ -1,0 +1,38 @@
+"""The host command set's Python side: encoders and the reply decoder."""
+
+import numpy as np
+import pytest
+
+from tpuer import Config, isa
+from tpuer.isa import CoreState, ErrorCode
+from tpuer.protocol import Command, Reply, decode_replies, encode, header
+
+
+def test_commands_have_their_documented_words():
+    cfg = Config(rows=4, cols=6)
+    program = encode.write_program(3, [isa.halt()])
+    assert program == [(Command.WRITE_PROGRAM.value << 24) | 1, 3, isa.halt().encode(), 0]
+    weights = encode.write_weights(cfg, 5, [[1, -1, 2, -2, 127, -128]])
+    assert weights == [(Command.WRITE_WEIGHTS.value << 24) | 1, 5,
+                       0xFE02FF01, 0x0000807F]          # lane 0 in the low byte
+    assert encode.data(cfg, [np.arange(6) - 3])[0] == (Command.DATA.value << 24) | 1
+    with pytest.raises(ValueError, match="int8 lanes"):
+        encode.data(cfg, [[200, 0, 0, 0, 0, 0]])
+    with pytest.raises(ValueError, match="24 bits"):
+        header(Command.DATA, 1 << 24)
+
+
+def test_replies_decode_and_an_unfinished_one_is_kept():
+    words = [(Reply.ROW.value << 24) | 2, 5, 0xFFFFFFFF,
+             (Reply.BAD_COMMAND.value << 24) | 0x77,
+             (Reply.STATUS.value << 24) | 6, 2 | (0 << 8), 0, 100, 40, 3, 9,
+             (Reply.ROW.value << 24) | 2, 1]
+    replies, rest = decode_replies(words)
+    assert replies[0][0] == "row" and replies[0][1].tolist() == [5, -1]
+    assert replies[1] == ("bad_command", 0x77)
+    status = replies[2][1]
+    assert status["state"] is CoreState.HALTED and status["error"] is ErrorCode.NONE
+    assert (status["cycles"], status["instructions"]) == (100, 9)
+    assert rest == [(Reply.ROW.value << 24) | 2, 1]
+    with pytest.raises(ValueError, match="not a reply header"):
+        decode_replies([0x12345678])

@@ -1,0 +1,152 @@
+"""The host command set, defined once: what the host sends the TPU and what it answers, as
+32-bit words on one pair of valid/ready streams (``tpuer.hw.host_interface`` implements
+it; a UART carries exactly these words).
+
+Every command and every reply starts with a header word: ``count`` in bits 0..23, the
+opcode in bits 24..31. Payloads:
+
+* ``WRITE_PROGRAM`` (count = n instructions): an address word, then 2n words (each
+  instruction's low word, then its high word).
+* ``WRITE_WEIGHTS`` (count = n rows): a row-address word, then n weight rows of
+  :func:`weight_row_words` words (int8 lanes, four to a word, lane 0 in the low byte).
+* ``START``: a word with the start address. The core runs; rows that WRITE_HOST sends come
+  back as ``ROW`` replies while it runs.
+* ``DATA`` (count = n rows): n host rows of :func:`host_row_words` words, for READ_HOST.
+  Rows sent while the core is not running are dropped.
+* ``STATUS``: answered by a ``STATUS`` reply.
+* ``ABORT``: stops a running program.
+
+Replies: ``ROW`` (count = lanes): one word per lane, a signed 32-bit value; ``STATUS``
+(count = 6): state | error << 8, error_pc, cycles, MXU-busy cycles, weight-stall cycles,
+instructions; ``BAD_COMMAND`` (count = the opcode received): the header was not a command;
+the interface reads the next word as a header.
+"""
+
+import numpy as np
+from amaranth.hdl import unsigned
+from amaranth.lib import data, enum
+
+from .isa import CoreState, ErrorCode, Instruction
+
+__all__ = ["Command", "Reply", "HEADER_LAYOUT", "WORD_BITS", "weight_row_words",
+           "host_row_words", "encode", "decode_replies", "Status"]
+
+WORD_BITS = 32
+HEADER_LAYOUT = data.StructLayout({"count": unsigned(24), "opcode": unsigned(8)})
+MAX_COUNT = (1 << 24) - 1
+
+
+class Command(enum.Enum, shape=unsigned(8)):
+    WRITE_PROGRAM = 0x01
+    WRITE_WEIGHTS = 0x02
+    START = 0x03
+    DATA = 0x04
+    STATUS = 0x05
+    ABORT = 0x06
+
+
+class Reply(enum.Enum, shape=unsigned(8)):
+    ROW = 0x81
+    STATUS = 0x82
+    BAD_COMMAND = 0x8F
+
+
+STATUS_WORDS = 6
+
+
+def weight_row_words(cfg):
+    return -(-cfg.cols // 4)
+
+
+def host_row_words(cfg):
+    return -(-cfg.ub_lanes // 4)
+
+
+def header(opcode, count=0):
+    if not 0 <= count <= MAX_COUNT:
+        raise ValueError(f"a count must fit 24 bits, not {count}")
+    return (int(getattr(opcode, "value", opcode)) << 24) | count
+
+
+def _pack_int8(lanes, words):
+    lanes = np.asarray(lanes, dtype=np.int64)
+    if lanes.size and (lanes.min() < -128 or lanes.max() > 127):
+        raise ValueError("int8 lanes must lie in [-128, 127]")
+    raw = np.zeros(4 * words, dtype=np.uint8)
+    raw[:len(lanes)] = lanes.astype(np.int8).view(np.uint8)
+    return [int(w) for w in raw.view("<u4")]
+
+
+class encode:
+    """Word lists for each command (a namespace of functions)."""
+
+    @staticmethod
+    def write_program(start, instructions):
+        words = [header(Command.WRITE_PROGRAM, len(instructions)), start]
+        for instruction in instructions:
+            value = instruction.encode() if isinstance(instruction, Instruction) else int(instruction)
+            words += [value & 0xFFFFFFFF, value >> 32]
+        return words
+
+    @staticmethod
+    def write_weights(cfg, row_addr, rows):
+        words = [header(Command.WRITE_WEIGHTS, len(rows)), row_addr]
+        for row in rows:
+            words += _pack_int8(row, weight_row_words(cfg))
+        return words
+
+    @staticmethod
+    def start(pc=0):
+        return [header(Command.START), pc]
+
+    @staticmethod
+    def data(cfg, rows):
+        words = [header(Command.DATA, len(rows))]
+        for row in rows:
+            words += _pack_int8(row, host_row_words(cfg))
+        return words
+
+    @staticmethod
+    def status():
+        return [header(Command.STATUS)]
+
+    @staticmethod
+    def abort():
+        return [header(Command.ABORT)]
+
+
+class Status(dict):
+    """A decoded STATUS reply."""
+
+
+def _signed32(word):
+    return word - (1 << 32) if word >> 31 else word
+
+
+def decode_replies(words):
+    """Split reply words into ``("row", array)``, ``("status", Status)`` and
+    ``("bad_command", opcode)``; returns (replies, words left over from an unfinished one)."""
+    replies, position = [], 0
+    words = list(words)
+    while position < len(words):
+        head = words[position]
+        opcode, count = head >> 24, head & MAX_COUNT
+        if opcode == Reply.BAD_COMMAND.value:
+            replies.append(("bad_command", count))
+            position += 1
+            continue
+        size = count if opcode == Reply.ROW.value else STATUS_WORDS
+        if opcode not in (Reply.ROW.value, Reply.STATUS.value):
+            raise ValueError(f"reply word {position} is not a reply header: {head:#010x}")
+        if position + 1 + size > len(words):
+            break
+        body = words[position + 1:position + 1 + size]
+        if opcode == Reply.ROW.value:
+            replies.append(("row", np.array([_signed32(w) for w in body], dtype=np.int64)))
+        else:
+            replies.append(("status", Status(
+                state=CoreState(body[0] & 0xFF), error=ErrorCode((body[0] >> 8) & 0xFF),
+                error_pc=body[1], cycles=body[2], mxu_busy_cycles=body[3],
+                weight_stall_cycles=body[4], instructions=body[5])))
+        position += 1 + size
+    return replies, words[position:]
