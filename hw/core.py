@@ -4,13 +4,19 @@ from amaranth.hdl import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import INSTRUCTION_BITS, CoreState, ErrorCode
 from .datapath import Datapath
 from .host_dma import HostDMA
-from .sequencer import Sequencer
+from .sequencer import STATUS_SHAPES, Sequencer, control_shapes
 from .weight_reader import WeightReader
 
-__all__ = ["Core"]
+__all__ = ["Core", "host_control_shapes"]
+
+
+def host_control_shapes(cfg):
+    """What the host drives: the sequencer's control and the weight memory's write port."""
+    return {**control_shapes(cfg), "weight_write_addr": cfg.weight_addr_width,
+            "weight_write_data": data.ArrayLayout(cfg.operand_shape, cfg.cols),
+            "weight_write_en": 1}
 
 
 class Core(wiring.Component):
@@ -26,22 +32,8 @@ class Core(wiring.Component):
         self._cfg = cfg
         self.host_row_layout = data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes)
         super().__init__({
-            "program_write_addr": In(cfg.program_addr_width),
-            "program_write_data": In(INSTRUCTION_BITS),
-            "program_write_en": In(1),
-            "weight_write_addr": In(cfg.weight_addr_width),
-            "weight_write_data": In(data.ArrayLayout(cfg.operand_shape, cfg.cols)),
-            "weight_write_en": In(1),
-            "start": In(1),
-            "start_pc": In(16),
-            "abort_run": In(1),
-            "state": Out(CoreState),
-            "error": Out(ErrorCode),
-            "error_pc": Out(17),
-            "cycles": Out(32),
-            "mxu_busy_cycles": Out(32),
-            "weight_stall_cycles": Out(32),
-            "instructions": Out(32),
+            **{name: In(shape) for name, shape in host_control_shapes(cfg).items()},
+            **{name: Out(shape) for name, shape in STATUS_SHAPES.items()},
             "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
             "host_out": Out(stream.Signature(self.host_row_layout)),
         })
@@ -82,17 +74,12 @@ class Core(wiring.Component):
             seq.dma_kind.eq(dma.kind),
             seq.dma_low.eq(dma.low),
             seq.dma_high.eq(dma.high),
-            seq.program_write_addr.eq(self.program_write_addr),
-            seq.program_write_data.eq(self.program_write_data),
-            seq.program_write_en.eq(self.program_write_en),
             reader.write_addr.eq(self.weight_write_addr),
             reader.write_data.eq(self.weight_write_data),
             reader.write_en.eq(self.weight_write_en),
-            seq.start.eq(self.start),
-            seq.start_pc.eq(self.start_pc),
-            seq.abort_run.eq(self.abort_run),
         ]
-        for name in ("state", "error", "error_pc", "cycles", "mxu_busy_cycles",
-                     "weight_stall_cycles", "instructions"):
+        for name in control_shapes(cfg):
+            m.d.comb += getattr(seq, name).eq(getattr(self, name))
+        for name in STATUS_SHAPES:
             m.d.comb += getattr(self, name).eq(getattr(seq, name))
         return m

@@ -5,9 +5,11 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import INSTRUCTION_BITS, CoreState, ErrorCode
+from ..isa import CoreState
 from ..protocol import (HEADER_LAYOUT, STATUS_WORDS, WORD_BITS, Command, Reply, host_row_words,
                         weight_row_words)
+from .core import host_control_shapes
+from .sequencer import STATUS_SHAPES
 
 __all__ = ["HostInterface"]
 
@@ -27,24 +29,10 @@ class HostInterface(wiring.Component):
         super().__init__({
             "cmd": In(stream.Signature(WORD_BITS)),
             "rsp": Out(stream.Signature(WORD_BITS)),
-            "program_write_addr": Out(cfg.program_addr_width),
-            "program_write_data": Out(INSTRUCTION_BITS),
-            "program_write_en": Out(1),
-            "weight_write_addr": Out(cfg.weight_addr_width),
-            "weight_write_data": Out(data.ArrayLayout(cfg.operand_shape, cfg.cols)),
-            "weight_write_en": Out(1),
-            "start": Out(1),
-            "start_pc": Out(16),
-            "abort_run": Out(1),
+            **{name: Out(shape) for name, shape in host_control_shapes(cfg).items()},
             "host_in": Out(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
             "host_out": In(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes))),
-            "state": In(CoreState),
-            "error": In(ErrorCode),
-            "error_pc": In(17),
-            "cycles": In(32),
-            "mxu_busy_cycles": In(32),
-            "weight_stall_cycles": In(32),
-            "instructions": In(32),
+            **{name: In(shape) for name, shape in STATUS_SHAPES.items()},
         })
 
     def elaborate(self, platform):

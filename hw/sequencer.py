@@ -10,7 +10,20 @@ from .activation import ActivationUnit
 from .datapath import command_layouts
 from .host_dma import DMA_READ_HOST, DMA_WRITE_ACC, DMA_WRITE_UB
 
-__all__ = ["Sequencer"]
+__all__ = ["Sequencer", "STATUS_SHAPES", "control_shapes"]
+
+#: The status register and the performance counters, as the sequencer drives them and the
+#: core and the host interface pass them on.
+STATUS_SHAPES = {"state": CoreState, "error": ErrorCode, "error_pc": 17, "cycles": 32,
+                 "mxu_busy_cycles": 32, "weight_stall_cycles": 32, "instructions": 32}
+
+
+def control_shapes(cfg):
+    """The host's control of the sequencer: the instruction memory's write port, start and
+    abort."""
+    return {"program_write_addr": cfg.program_addr_width,
+            "program_write_data": INSTRUCTION_BITS, "program_write_en": 1,
+            "start": 1, "start_pc": 16, "abort_run": 1}
 
 
 class Sequencer(wiring.Component):
@@ -61,19 +74,8 @@ class Sequencer(wiring.Component):
         self._cfg = cfg
         layouts = command_layouts(cfg)
         super().__init__({
-            "program_write_addr": In(cfg.program_addr_width),
-            "program_write_data": In(INSTRUCTION_BITS),
-            "program_write_en": In(1),
-            "start": In(1),
-            "start_pc": In(16),
-            "abort_run": In(1),
-            "state": Out(CoreState),
-            "error": Out(ErrorCode),
-            "error_pc": Out(17),
-            "cycles": Out(32),
-            "mxu_busy_cycles": Out(32),
-            "weight_stall_cycles": Out(32),
-            "instructions": Out(32),
+            **{name: In(shape) for name, shape in control_shapes(cfg).items()},
+            **{name: Out(shape) for name, shape in STATUS_SHAPES.items()},
             "matmul": Out(stream.Signature(layouts["matmul"])),
             "activate": Out(stream.Signature(layouts["activate"])),
             # After reset: multiplier ~1.0 (2**31 - 1), everything else 0, as in the model.

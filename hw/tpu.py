@@ -5,8 +5,9 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..protocol import WORD_BITS
-from .core import Core
+from .core import Core, host_control_shapes
 from .host_interface import HostInterface
+from .sequencer import STATUS_SHAPES
 
 __all__ = ["TPU"]
 
@@ -28,11 +29,8 @@ class TPU(wiring.Component):
         wiring.connect(m, host.rsp, wiring.flipped(self.rsp))
         wiring.connect(m, host.host_in, core.host_in)
         wiring.connect(m, core.host_out, host.host_out)
-        for name in ("program_write_addr", "program_write_data", "program_write_en",
-                     "weight_write_addr", "weight_write_data", "weight_write_en",
-                     "start", "start_pc", "abort_run"):
+        for name in host_control_shapes(self._cfg):
             m.d.comb += getattr(core, name).eq(getattr(host, name))
-        for name in ("state", "error", "error_pc", "cycles", "mxu_busy_cycles",
-                     "weight_stall_cycles", "instructions"):
+        for name in STATUS_SHAPES:
             m.d.comb += getattr(host, name).eq(getattr(core, name))
         return m

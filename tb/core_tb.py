@@ -89,6 +89,17 @@ async def run_on_core(io, cfg, *, start=0, host_in=(), rng=None, in_idle=0.0, ou
     return result
 
 
+def clearing_program(cfg):
+    """A program (and its host rows) that zeroes the Unified Buffer and the accumulators,
+    so that a bench does not depend on what an earlier one left there."""
+    clear = [isa.read_host(0, cfg.ub_depth), isa.read_weights(0, 1)]
+    for first in range(0, cfg.acc_depth, cfg.ub_depth):
+        clear.append(isa.matmul(0, first, min(cfg.ub_depth, cfg.acc_depth - first),
+                                switch=first == 0))
+    clear.append(isa.halt())
+    return clear, [np.zeros(cfg.ub_lanes, dtype=np.int64)] * cfg.ub_depth
+
+
 def dump_program(cfg):
     """WRITE_HOST of every UB row, then of every accumulator row, then HALT."""
     return [isa.write_host(0, cfg.ub_depth), isa.write_host(0, cfg.acc_depth, from_acc=True),
@@ -239,12 +250,7 @@ async def _setup(io, cfg, rng):
     await load_program(io, cfg, dump, start=cfg.program_depth - 3)
     model.load_program(dump, start=cfg.program_depth - 3)
     # Start from known memories: the dump program also proves the core comes up clean.
-    clear = [isa.read_host(0, cfg.ub_depth), isa.read_weights(0, 1)]
-    for first in range(0, cfg.acc_depth, cfg.ub_depth):
-        clear.append(isa.matmul(0, first, min(cfg.ub_depth, cfg.acc_depth - first),
-                                switch=first == 0))
-    clear.append(isa.halt())
-    zeros = [np.zeros(cfg.ub_lanes, dtype=np.int64)] * cfg.ub_depth
+    clear, zeros = clearing_program(cfg)
     await check_program(io, cfg, rng, clear, zeros, weights, "clearing program", model)
     return model, weights
 

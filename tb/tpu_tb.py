@@ -10,7 +10,7 @@ from .. import isa
 from ..isa import CoreState, ErrorCode
 from ..protocol import Reply, decode_replies, encode, header
 from ..sim.isa_model import CoreModel
-from .core_tb import dump_program, random_program
+from .core_tb import clearing_program, dump_program, random_program
 from .harness import StreamSink, StreamSource, TestbenchError, run_cycles
 from .packing import Codec
 
@@ -97,12 +97,7 @@ async def _setup(io, cfg, rng, **streams):
     link.send(encode.write_weights(cfg, 0, list(weights.reshape(-1, cfg.cols))))
     model.load_weights(0, weights)
     dump_at = cfg.program_depth - 3
-    clear = [isa.read_host(0, cfg.ub_depth), isa.read_weights(0, 1)]
-    for first in range(0, cfg.acc_depth, cfg.ub_depth):
-        clear.append(isa.matmul(0, first, min(cfg.ub_depth, cfg.acc_depth - first),
-                                switch=first == 0))
-    clear.append(isa.halt())
-    zeros = [np.zeros(cfg.ub_lanes, dtype=np.int64)] * cfg.ub_depth
+    clear, zeros = clearing_program(cfg)
     await _check_run(link, cfg, model, clear, zeros, "clearing program")
     await _check_run(link, cfg, model, dump_program(cfg), [], "first dump", start=dump_at)
     return link, model
