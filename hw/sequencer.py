@@ -35,13 +35,13 @@ class Sequencer(wiring.Component):
     core never writes outside a memory and never waits for a weight tile that no
     READ_WEIGHTS asked for. Hazards are kept in hardware, conservatively: ACTIVATE and
     WRITE_HOST of accumulators wait until every issued matrix row bound for the same half of
-    the accumulator memory has been written; MATMUL,
-    READ_HOST, WRITE_HOST and CONFIG wait until every activated row has been written;
-    MATMUL and ACTIVATE wait while the host DMA engine moves rows they read or write; SYNC
-    and HALT wait for everything, weight reads and host transfers included. READ_HOST and
-    WRITE_HOST retire once the DMA engine takes them, so host transfers overlap products. MATMUL rows stream one per cycle
-    and consecutive instructions follow without a gap: the next instruction is fetched in
-    the last cycle of the current one.
+    the accumulator memory has been written; MATMUL, READ_HOST, WRITE_HOST and CONFIG wait
+    until every activated row has been written; MATMUL and ACTIVATE wait while the host DMA
+    engine moves rows they read or write; SYNC and HALT wait for everything, weight reads
+    and host transfers included. READ_HOST and WRITE_HOST retire once the DMA engine takes
+    them, so host transfers overlap products. MATMUL rows stream one per cycle and
+    consecutive instructions follow without a gap: the next instruction is fetched in the
+    last cycle of the current one.
 
     Members
     -------
