@@ -20,7 +20,9 @@ class HostDMA(wiring.Component):
     * ``DMA_WRITE_UB`` / ``DMA_WRITE_ACC``: UB or accumulator rows ``addr...`` to
       ``host_out`` (operands sign-extended; accumulator words in lanes ``0 .. cols - 1``).
 
-    ``busy``, ``kind``, ``low`` and ``high`` describe the transfer under way (its whole
+    ``cancel`` drops the transfer under way; the answers of reads it had issued are taken
+    and dropped before the next one starts. ``busy``, ``kind``, ``low`` and ``high``
+    describe the transfer under way (its whole
     address range ``[low, high)``), so that the sequencer can hold back instructions that
     touch those rows.
 
@@ -58,9 +60,18 @@ class HostDMA(wiring.Component):
         answered = Signal(16)       # rows sent to the host
         from_acc = self.kind == DMA_WRITE_ACC
 
-        m.d.comb += [self.request.ready.eq(~self.busy), self.low.eq(base),
+        # After a cancel, the answers of reads already issued are still on their way: they
+        # are taken and dropped before the next transfer starts, so none reaches it.
+        stale = Signal(16)
+        stale_from_acc = Signal()
+        m.d.comb += [self.request.ready.eq(~self.busy & (stale == 0)), self.low.eq(base),
                      self.high.eq(base + count)]
-        with m.If(self.request.valid & ~self.busy):
+        with m.If(stale != 0):
+            m.d.comb += [self.host_acc_data.ready.eq(stale_from_acc),
+                         self.host_data.ready.eq(~stale_from_acc)]
+            with m.If(Mux(stale_from_acc, self.host_acc_data.valid, self.host_data.valid)):
+                m.d.sync += stale.eq(stale - 1)
+        with m.If(self.request.valid & self.request.ready):
             m.d.sync += [self.busy.eq(self.request.payload.count != 0),
                          self.kind.eq(self.request.payload.kind),
                          base.eq(self.request.payload.addr),
@@ -81,6 +92,8 @@ class HostDMA(wiring.Component):
                 with m.If(requested + 1 == count):
                     m.d.sync += self.busy.eq(0)
 
+        issued_now = Signal()       # a read request is taken this cycle
+        answered_now = Signal()     # an answer goes to the host this cycle
         with m.If(self.busy & (self.kind != DMA_READ_HOST)):
             with m.If(requested != count):
                 with m.If(from_acc):
@@ -90,6 +103,7 @@ class HostDMA(wiring.Component):
                     m.d.comb += [self.host_read.valid.eq(1),
                                  self.host_read.payload.eq(base + requested)]
                 with m.If(Mux(from_acc, self.host_acc_read.ready, self.host_read.ready)):
+                    m.d.comb += issued_now.eq(1)
                     m.d.sync += requested.eq(requested + 1)
             answer = Mux(from_acc, self.host_acc_data.valid, self.host_data.valid)
             m.d.comb += [self.host_out.valid.eq(answer),
@@ -101,9 +115,13 @@ class HostDMA(wiring.Component):
                 m.d.comb += self.host_out.payload[index].eq(
                     Mux(from_acc, acc_lane, self.host_data.payload[index]))
             with m.If(answer & self.host_out.ready):
+                m.d.comb += answered_now.eq(1)
                 m.d.sync += answered.eq(answered + 1)
                 with m.If(answered + 1 == count):
                     m.d.sync += self.busy.eq(0)
-        with m.If(self.cancel):
+        with m.If(self.cancel & self.busy):
             m.d.sync += self.busy.eq(0)
+            with m.If(self.kind != DMA_READ_HOST):
+                m.d.sync += [stale.eq(requested + issued_now - answered - answered_now),
+                             stale_from_acc.eq(from_acc)]
         return m

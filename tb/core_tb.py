@@ -350,8 +350,40 @@ async def bench_streaming(io, cfg, rng):
                              f"{ideal} rows of products")
 
 
+async def bench_abort(io, cfg, rng):
+    """Abort a read-out that the host does not take: the core must stop, and no row of it
+    may leak into the next program's read-out."""
+    model, weights = await _setup(io, cfg, rng)
+    rows = list(rng.integers(cfg.operand_min, cfg.operand_max + 1, (cfg.ub_depth, cfg.ub_lanes)))
+    fill = [isa.read_host(0, cfg.ub_depth), isa.halt()]      # rows that differ from each other
+    await check_program(io, cfg, rng, fill, rows, weights, "filling program", model)
+    program = [isa.write_host(0, cfg.ub_depth), isa.write_host(0, cfg.acc_depth, from_acc=True),
+               isa.halt()]
+    await load_program(io, cfg, program)      # it only reads: the memories stay as they are
+    stuck = StreamSink("host_out", Codec(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes)),
+                       stall=1.0)
+    io.set("start_pc", 0)
+    io.set("start", 1)
+    await io.tick()
+    io.set("start", 0)
+    until = io.cycle + 12
+    await run_cycles(io, [stuck], until=lambda: io.cycle >= until, max_cycles=100)
+    io.set("abort_run", 1)
+    await io.tick()
+    io.set("abort_run", 0)
+    await io.settle()
+    state = CoreState(io.get("state"))
+    await io.tick()
+    if state is not CoreState.IDLE:
+        raise TestbenchError(f"[{io.simulator} core {cfg.name}] state {state.name} after abort")
+    dump_at = cfg.program_depth - 3
+    got = await run_on_core(io, cfg, start=dump_at, rng=rng)
+    _compare(io, cfg, "memory dump after an aborted read-out", got, model.run(dump_at))
+
+
 BENCHES = {
     "random_programs": bench_random_programs,
+    "abort": bench_abort,
     "invalid_programs": bench_invalid_programs,
     "hazards": bench_hazards,
     "streaming": bench_streaming,
