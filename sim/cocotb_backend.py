@@ -6,9 +6,9 @@ redone only when the generated Verilog or the build options change.
 """
 
 import hashlib
-import re
 import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
