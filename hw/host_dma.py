@@ -10,6 +10,8 @@ __all__ = ["HostDMA", "DMA_READ_HOST", "DMA_WRITE_UB", "DMA_WRITE_ACC"]
 
 #: Transfer kinds.
 DMA_READ_HOST, DMA_WRITE_UB, DMA_WRITE_ACC = 0, 1, 2
+#: A transfer request, as the sequencer sends it.
+DMA_REQUEST_LAYOUT = data.StructLayout({"kind": 2, "addr": 16, "count": 16})
 
 
 class HostDMA(wiring.Component):
@@ -35,8 +37,7 @@ class HostDMA(wiring.Component):
         layouts = command_layouts(cfg)
         self.host_row_layout = data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes)
         super().__init__({
-            "request": In(stream.Signature(data.StructLayout(
-                {"kind": 2, "addr": 16, "count": 16}))),
+            "request": In(stream.Signature(DMA_REQUEST_LAYOUT)),
             "cancel": In(1),
             "busy": Out(1),
             "kind": Out(2),

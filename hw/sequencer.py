@@ -8,7 +8,7 @@ from ..isa import (ALL_LANES, INSTRUCTION_BITS, INSTRUCTION_LAYOUT, ConfigParam,
                    ErrorCode, MatmulFlag, Opcode, WriteHostFlag)
 from .activation import ActivationUnit
 from .datapath import command_layouts
-from .host_dma import DMA_READ_HOST, DMA_WRITE_ACC, DMA_WRITE_UB
+from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
 
 __all__ = ["Sequencer", "STATUS_SHAPES", "control_shapes"]
 
@@ -81,8 +81,7 @@ class Sequencer(wiring.Component):
             # After reset: multiplier ~1.0 (2**31 - 1), everything else 0, as in the model.
             "params": Out(ActivationUnit.params_layout_for(cfg),
                           init={"multiplier": [(1 << 31) - 1] * cfg.cols}),
-            "dma_request": Out(stream.Signature(data.StructLayout(
-                {"kind": 2, "addr": 16, "count": 16}))),
+            "dma_request": Out(stream.Signature(DMA_REQUEST_LAYOUT)),
             "dma_cancel": Out(1),
             "dma_busy": In(1),
             "dma_kind": In(2),
