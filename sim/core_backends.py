@@ -15,8 +15,8 @@ BACKENDS = ("golden", "pysim", "verilator", "icarus")
 
 
 class GoldenBackend:
-    """The ISA-level model. It knows the counters that do not depend on timing
-    (instructions, MXU-busy cycles); ``cycles`` and ``weight_stall_cycles`` are ``None``."""
+    """The ISA-level model, timed by the cycle model: the same results and counters as
+    the RTL back ends. Like them, it starts every call from a core just out of reset."""
 
     name = "golden"
 
@@ -27,14 +27,16 @@ class GoldenBackend:
     def run(self, steps):
         from ..tb.core_tb import CoreRun
         runs = []
+        self.model.timing.reset()
         for step in steps:
             self.model.load_weights(0, step.weights)
             self.model.load_program(step.program)
             result = self.model.run(0, host_in=step.host_in)
             runs.append(CoreRun(state=result.state, error=result.error,
                                 error_pc=result.error_pc, host_out=result.host_out,
-                                cycles=None, mxu_busy_cycles=result.mxu_busy_cycles,
-                                weight_stall_cycles=None, instructions=result.instructions))
+                                cycles=result.cycles, mxu_busy_cycles=result.mxu_busy_cycles,
+                                weight_stall_cycles=result.weight_stall_cycles,
+                                instructions=result.instructions))
         return runs
 
 

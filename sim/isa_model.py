@@ -11,6 +11,7 @@ from ..isa import (ALL_LANES, ConfigParam, CoreState, ErrorCode, Instruction, Ma
 from .accumulator_model import AccumulatorModel
 from .activation_model import ActivationParams, requantize
 from .numerics import check_range
+from .timing_model import CoreTiming
 from .unified_buffer_model import UnifiedBufferModel
 
 __all__ = ["CoreModel", "RunResult"]
@@ -19,7 +20,9 @@ __all__ = ["CoreModel", "RunResult"]
 @dataclass
 class RunResult:
     """What a run ends with: the state, the error and where it happened, the rows sent to
-    the host, and the counters the model knows exactly."""
+    the host, and the counters. ``cycles`` and ``weight_stall_cycles`` come from the cycle
+    model (:class:`~tpuer.sim.timing_model.CoreTiming`) and are ``None`` for an untimed
+    run."""
     state: CoreState
     error: ErrorCode = ErrorCode.NONE
     error_pc: int = 0
@@ -27,6 +30,8 @@ class RunResult:
     instructions: int = 0
     mxu_busy_cycles: int = 0
     macs: int = 0
+    cycles: int | None = None
+    weight_stall_cycles: int | None = None
 
 
 class CoreModel:
@@ -34,11 +39,13 @@ class CoreModel:
 
     State: instruction memory, weight memory (tiles), Unified Buffer, accumulators, the
     queue of weight tiles read but not yet switched in, the active tile, and the activation
-    parameters. Memories keep their contents from run to run, as in the hardware.
+    parameters. Memories keep their contents from run to run, as in the hardware; so does
+    the timing state of :attr:`timing`, the cycle model that times every run.
     """
 
     def __init__(self, cfg):
         self.cfg = cfg
+        self.timing = CoreTiming(cfg)
         self.program = [0] * cfg.program_depth
         self.weights = np.zeros((cfg.weight_tiles, cfg.rows, cfg.cols), dtype=np.int64)
         self.ub = UnifiedBufferModel(cfg)
@@ -135,12 +142,27 @@ class CoreModel:
                 return ErrorCode.BAD_CONFIG
         return ErrorCode.NONE
 
-    def run(self, start=0, host_in=(), max_instructions=1_000_000):
+    def run(self, start=0, host_in=(), max_instructions=1_000_000, *, timed=True):
         """Execute from ``start`` until HALT or an error. ``host_in`` supplies the rows that
-        READ_HOST takes, in order. Returns a :class:`RunResult`."""
+        READ_HOST takes, in order. Returns a :class:`RunResult`; with ``timed``, its
+        ``cycles`` and ``weight_stall_cycles`` are those of a host that offers every row at
+        once and takes every answer at once."""
+        result = self._interpret(start, host_in, max_instructions)
+        if timed:
+            timing = self.timing.run(result.trace, error=result.state is CoreState.ERROR,
+                                     host_rows=len(host_in))
+            result.cycles = timing["cycles"]
+            result.weight_stall_cycles = timing["weight_stall_cycles"]
+            assert timing["mxu_busy_cycles"] == result.mxu_busy_cycles
+            assert timing["instructions"] == result.instructions
+        del result.trace
+        return result
+
+    def _interpret(self, start, host_in, max_instructions):
         cfg = self.cfg
         host_rows = deque(np.asarray(row, dtype=np.int64) for row in host_in)
         result = RunResult(state=CoreState.RUNNING)
+        result.trace = []
         pc = start
         while True:
             if pc >= cfg.program_depth:
@@ -155,6 +177,7 @@ class CoreModel:
             if result.instructions >= max_instructions:
                 raise RuntimeError(f"more than {max_instructions} instructions: a loop?")
             self._execute(instr, host_rows, result)
+            result.trace.append(instr)
             result.instructions += 1
             if instr.op is Opcode.HALT:
                 result.state = CoreState.HALTED

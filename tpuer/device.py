@@ -27,8 +27,8 @@ def _check_int8_matrix(name, value):
 class Device:
     """A TPU with configuration ``config``, run by ``backend``:
 
-    * ``"golden"``: the ISA-level NumPy model (fast; its stats hold the counters that do
-      not depend on timing, ``cycles`` and ``weight_stall_cycles`` are ``None``);
+    * ``"golden"``: the ISA-level NumPy model, timed by its cycle model (fast; the same
+      results and the same counters as the RTL);
     * ``"pysim"``: the RTL in amaranth.sim;
     * ``"verilator"``, ``"icarus"``: the RTL's Verilog, through cocotb.
 

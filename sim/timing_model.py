@@ -1,0 +1,296 @@
+"""Cycle model of the TPU core: predicts the counters that depend on timing (``cycles``,
+``weight_stall_cycles``) for a program the ISA model has executed.
+
+The model holds only what decides *when* things happen, never data: for each block, the
+few registers that gate its handshakes, stepped once per clock exactly as the RTL steps
+them. It is driven by the trace of instructions the ISA model
+(:class:`~tpuer.sim.isa_model.CoreModel`) executed, so the two models together give every
+number the hardware reports, and it assumes the host that the driver is: every READ_HOST
+row is offered as soon as the DMA engine can take it, and every row sent to the host is
+taken at once.
+
+What each block contributes (see the RTL for the reasons):
+
+* sequencer: one cycle per instruction, one per MATMUL or ACTIVATE row; waits as listed
+  in :class:`~tpuer.hw.sequencer.Sequencer`; an error first drains earlier work;
+* weight reader: a request is taken when the previous one has issued its last read; one
+  row per cycle, 1 cycle after the request;
+* Weight FIFO (``SyncFIFOBuffered``): 2 cycles from write to read, ``weight_fifo_depth``
+  rows;
+* weight loader: a row into the shadow weights per cycle until a whole tile waits there;
+  a vector flagged ``new_tile`` waits for it (a weight-stall cycle);
+* datapath: the UB read (1 cycle) and a feed queue that keeps at most 3 rows in flight;
+  ``rows + cols`` cycles through the matrix unit; 1 more to commit into the accumulators;
+  4 through the activation unit;
+* host DMA engine and the memories' host read servers (3-row answer queues), which yield
+  the memory ports to the datapath.
+"""
+
+from collections import deque
+
+from ..isa import MatmulFlag, Opcode, WriteHostFlag
+
+__all__ = ["CoreTiming", "Timing"]
+
+_READ_HOST, _WRITE_UB, _WRITE_ACC = 0, 1, 2
+_FEED_SLOTS = 3          # the datapath's feed queue: UB reads in flight plus rows queued
+_ANSWER_SLOTS = 3        # a host read server's answer queue
+
+
+class Timing(dict):
+    """The counters of one run: ``cycles``, ``mxu_busy_cycles``, ``weight_stall_cycles``,
+    ``instructions``."""
+
+
+class CoreTiming:
+    """The timing state of one core, kept from run to run as the hardware keeps it (a tile
+    left in the Weight FIFO by one program is still there for the next).
+
+    :meth:`run` executes a trace; between runs the core idles until nothing moves, as it
+    does while the host loads the next program and its weights.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.reset()
+
+    def reset(self):
+        """The state after the core's reset."""
+        cfg = self.cfg
+        # weight reader, Weight FIFO, loader
+        self.remaining, self.have_row = 0, False
+        self.fifo_inner, self.fifo_out = 0, False
+        self.tile_ready, self.load_index = False, 0
+        # datapath: UB read in flight, feed queue, matrix unit pipeline, commit, activation
+        self.reading = None                      # (new_tile, acc half) of the UB read
+        self.feed = deque()
+        self.pipe = [None] * (cfg.rows + cfg.cols)
+        self.pending = False
+        self.committing = None                   # accumulator half being committed
+        self.banks = [0, 0]
+        self.activating = False
+        self.act_stages = [False] * 4
+        # host read servers: (a read issued last cycle, answers queued)
+        self.server = {"ub": [False, 0], "acc": [False, 0]}
+        # host DMA engine
+        self.dma_busy, self.dma_kind, self.dma_base, self.dma_count = False, _READ_HOST, 0, 0
+        self.dma_requested = self.dma_answered = 0
+
+    # --- one clock ----------------------------------------------------------------------
+
+    def _snapshot(self):
+        return (self.remaining, self.have_row, self.fifo_inner, self.fifo_out, self.tile_ready,
+                self.load_index, self.reading, tuple(self.feed), tuple(self.pipe),
+                self.pending, self.committing, tuple(self.banks), self.activating,
+                tuple(self.act_stages), tuple(map(tuple, self.server.values())),
+                self.dma_busy, self.dma_requested, self.dma_answered)
+
+    def _status(self):
+        """The datapath's status seen by the sequencer in this cycle."""
+        matmul_busy = (self.reading is not None or bool(self.feed) or
+                       any(p is not None for p in self.pipe) or self.pending)
+        activate_busy = self.activating or any(self.act_stages)
+        reader_busy = self.remaining != 0 or self.have_row
+        return matmul_busy, activate_busy, reader_busy
+
+    def _step(self, command, host_rows_left):
+        """Advance one clock. ``command`` is what the sequencer offers this cycle: a dict
+        with at most one of ``matmul`` (new_tile, acc_addr), ``activate``, ``dma`` (kind,
+        addr, count), ``weights`` (tiles). Returns the handshakes that happened."""
+        cfg = self.cfg
+        half = cfg.acc_depth // 2
+        done = {}
+
+        # matrix unit input: the head of the feed queue enters unless it waits for a tile
+        head = self.feed[0] if self.feed else None
+        accepted = head is not None and (not head[0] or self.tile_ready)
+        switch = accepted and head[0]
+        done["vector"] = accepted
+        done["weight_stall"] = head is not None and head[0] and not self.tile_ready
+
+        matmul_ready = len(self.feed) + (self.reading is not None) < _FEED_SLOTS
+        matmul = command.get("matmul")
+        issue = matmul is not None and matmul_ready
+        done["matmul"] = issue
+        activate = command.get("activate") is not None
+        act_out = self.act_stages[3]
+
+        # weight reader and the sequencer's request
+        weights = command.get("weights")
+        request_taken = weights is not None and self.remaining == 0
+        done["weights"] = request_taken
+        fifo_w_ready = self.fifo_inner != cfg.weight_fifo_depth
+        fifo_write = self.have_row and fifo_w_ready
+        advance = not self.have_row or fifo_w_ready
+
+        # Weight FIFO read side and the loader
+        may_load = not self.tile_ready or switch
+        loading = self.fifo_out and may_load
+        inner_read = self.fifo_inner != 0 and (not self.fifo_out or may_load)
+
+        # host DMA engine and the read servers
+        dma = command.get("dma")
+        dma_taken = dma is not None and not self.dma_busy
+        done["dma"] = dma_taken
+        server_issue = {"ub": False, "acc": False}
+        server_take = {"ub": False, "acc": False}
+        dma_busy = self.dma_busy
+        dma_requested, dma_answered = self.dma_requested, self.dma_answered
+        host_taken = 0
+        if self.dma_busy and self.dma_kind == _READ_HOST:
+            if host_rows_left > 0 and not act_out:
+                host_taken = 1
+                dma_requested += 1
+                if dma_requested == self.dma_count:
+                    dma_busy = False
+        elif self.dma_busy:
+            name = "acc" if self.dma_kind == _WRITE_ACC else "ub"
+            fresh, level = self.server[name]
+            blocked = activate if name == "acc" else matmul is not None
+            if self.dma_requested != self.dma_count and not blocked and level + fresh < _ANSWER_SLOTS:
+                server_issue[name] = True
+                dma_requested += 1
+            if level > 0:                  # the host takes every answer at once
+                server_take[name] = True
+                dma_answered += 1
+                if dma_answered == self.dma_count:
+                    dma_busy = False
+        done["host_rows"] = host_taken
+
+        # --- registers --------------------------------------------------------------
+        if advance:
+            self.have_row = self.remaining != 0
+            if self.remaining:
+                self.remaining -= 1
+        if request_taken:
+            self.remaining = weights * cfg.rows
+        self.fifo_inner += int(fifo_write) - int(inner_read)
+        self.fifo_out = True if inner_read else (False if may_load else self.fifo_out)
+        last_row = loading and self.load_index == cfg.rows - 1
+        if loading:
+            self.load_index = 0 if last_row else self.load_index + 1
+        self.tile_ready = last_row or (self.tile_ready and not switch)
+
+        result = self.pipe[-1]
+        committing = self.committing
+        self.pending = result is not None
+        self.committing = result
+        self.pipe = [head[1] if accepted else None] + self.pipe[:-1]
+        if accepted:
+            self.feed.popleft()
+        if self.reading is not None:
+            self.feed.append(self.reading)
+        if issue:
+            issue_half = int(matmul[1] >= half)
+            self.banks[issue_half] += 1
+            self.reading = (matmul[0], issue_half)
+        else:
+            self.reading = None
+        if committing is not None:
+            self.banks[committing] -= 1
+
+        self.act_stages = [self.activating] + self.act_stages[:3]
+        self.activating = activate
+
+        for name, (fresh, level) in self.server.items():
+            self.server[name] = [server_issue[name], level + int(fresh) - int(server_take[name])]
+
+        self.dma_busy, self.dma_requested, self.dma_answered = dma_busy, dma_requested, dma_answered
+        if dma_taken:
+            kind, addr, count = dma
+            self.dma_busy, self.dma_kind, self.dma_base, self.dma_count = count != 0, kind, addr, count
+            self.dma_requested = self.dma_answered = 0
+        return done
+
+    def settle(self, limit=100_000):
+        """Idle (no instruction running) until nothing moves."""
+        for _ in range(limit):
+            before = self._snapshot()
+            self._step({}, 0)
+            if self._snapshot() == before:
+                return
+        raise RuntimeError("the timing model did not come to rest")
+
+    # --- a run --------------------------------------------------------------------------
+
+    def run(self, trace, *, error=False, host_rows=0, max_cycles=10_000_000):
+        """Time a run that executed ``trace`` (the :class:`~tpuer.isa.Instruction` s the
+        ISA model retired, a final HALT included) and then, if ``error``, stopped at a bad
+        instruction. ``host_rows`` rows are offered for READ_HOST. Returns :class:`Timing`.
+        """
+        cfg = self.cfg
+        half = cfg.acc_depth // 2
+        self._step({}, 0)                     # the cycle in which the host starts the core
+        counters = Timing(cycles=0, mxu_busy_cycles=0, weight_stall_cycles=0, instructions=0)
+        index, step, draining = 0, 0, False
+        rows_left = host_rows
+        while True:
+            if counters["cycles"] >= max_cycles:
+                raise RuntimeError(f"the timing model ran {max_cycles} cycles: a hang?")
+            matmul_busy, activate_busy, reader_busy = self._status()
+            all_idle = not (matmul_busy or activate_busy or reader_busy or self.dma_busy)
+            command, finished, retire, halted = {}, False, False, False
+            if draining:
+                finished = all_idle
+            elif index == len(trace):
+                draining = True                # the bad instruction: drain, then stop
+                finished = False
+            else:
+                instr = trace[index]
+                op, a, b, n = instr.op, instr.a, instr.b, instr.count
+
+                def dma_overlaps(start):
+                    return (self.dma_busy and self.dma_base < start + n and
+                            start < self.dma_base + self.dma_count)
+
+                def acc_rows_pending(start):
+                    return ((self.banks[0] != 0 and start < half) or
+                            (self.banks[1] != 0 and start + n > half))
+
+                if op is Opcode.NOP:
+                    retire = True
+                elif op is Opcode.HALT:
+                    halted = finished = all_idle
+                elif op is Opcode.SYNC:
+                    retire = all_idle
+                elif n == 0 and op is not Opcode.CONFIG:
+                    retire = True
+                elif op is Opcode.CONFIG:
+                    retire = not activate_busy
+                elif op in (Opcode.READ_HOST, Opcode.WRITE_HOST):
+                    from_acc = op is Opcode.WRITE_HOST and instr.flags & WriteHostFlag.FROM_ACC
+                    if not activate_busy and not (from_acc and acc_rows_pending(a)):
+                        kind = (_READ_HOST if op is Opcode.READ_HOST else
+                                _WRITE_ACC if from_acc else _WRITE_UB)
+                        command["dma"] = (kind, a, n)
+                elif op is Opcode.READ_WEIGHTS:
+                    command["weights"] = n
+                elif op is Opcode.MATMUL:
+                    blocked = ((self.dma_kind == _READ_HOST and dma_overlaps(a)) or
+                               (self.dma_kind == _WRITE_ACC and dma_overlaps(b)))
+                    if not activate_busy and not blocked:
+                        new_tile = bool(instr.flags & MatmulFlag.SWITCH) and step == 0
+                        command["matmul"] = (new_tile, b + step)
+                elif op is Opcode.ACTIVATE:
+                    blocked = self.dma_kind in (_READ_HOST, _WRITE_UB) and dma_overlaps(b)
+                    if not acc_rows_pending(a) and not blocked:
+                        command["activate"] = (a + step, b + step)
+            done = self._step(command, rows_left)
+            rows_left -= done["host_rows"]
+            counters["cycles"] += 1
+            counters["mxu_busy_cycles"] += int(done["vector"])
+            counters["weight_stall_cycles"] += int(done["weight_stall"])
+            if done["dma"] or done["weights"]:
+                retire = True
+            if done["matmul"] or command.get("activate"):
+                step += 1
+                retire = step == n
+            if halted:
+                counters["instructions"] += 1
+            if retire:
+                index, step = index + 1, 0
+                counters["instructions"] += 1
+            if finished:
+                break
+        self.settle()
+        return counters
