@@ -1,11 +1,11 @@
 """The TPU core: sequencer, weight memory and reader, and the datapath, joined."""
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .datapath import Datapath
-from .host_dma import HostDMA
+from .host_dma import DMA_REQUEST_LAYOUT, HostDMA
 from .sequencer import STATUS_SHAPES, Sequencer, control_shapes
 from .weight_reader import WeightReader
 
@@ -26,6 +26,10 @@ class Core(wiring.Component):
     pulses ``start``, feeds the rows that READ_HOST takes on ``host_in`` and takes the
     rows WRITE_HOST sends on ``host_out``, and reads the status and the counters. See
     :class:`~tpuer.hw.sequencer.Sequencer` for what each instruction does and waits for.
+
+    ``memory_request`` hands the host DMA engine a transfer of the host's own (read rows of
+    either memory out on ``host_out``, or write ``host_in`` rows into the Unified Buffer)
+    while no program runs; the sequencer's requests go first.
     """
 
     def __init__(self, cfg):
@@ -36,6 +40,7 @@ class Core(wiring.Component):
             **{name: Out(shape) for name, shape in STATUS_SHAPES.items()},
             "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
             "host_out": Out(stream.Signature(self.host_row_layout)),
+            "memory_request": In(stream.Signature(DMA_REQUEST_LAYOUT)),
         })
 
     @property
@@ -56,7 +61,15 @@ class Core(wiring.Component):
             wiring.connect(m, getattr(dma, name), getattr(dp, name))
         wiring.connect(m, dp.host_data, dma.host_data)
         wiring.connect(m, dp.host_acc_data, dma.host_acc_data)
-        wiring.connect(m, seq.dma_request, dma.request)
+        # The DMA engine serves the sequencer first, the host when the sequencer asks nothing.
+        from_seq = seq.dma_request.valid
+        m.d.comb += [
+            dma.request.valid.eq(from_seq | self.memory_request.valid),
+            dma.request.payload.eq(Mux(from_seq, seq.dma_request.payload,
+                                       self.memory_request.payload)),
+            seq.dma_request.ready.eq(dma.request.ready),
+            self.memory_request.ready.eq(dma.request.ready & ~from_seq),
+        ]
         wiring.connect(m, seq.weight_request, reader.request)
         wiring.connect(m, reader.weights, dp.weights)
         wiring.connect(m, wiring.flipped(self.host_in), dma.host_in)

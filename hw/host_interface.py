@@ -1,14 +1,15 @@
 """The host interface: the word-stream command set of :mod:`tpuer.protocol`, turned into the
 core's host ports."""
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import CoreState
-from ..protocol import (HEADER_LAYOUT, STATUS_WORDS, WORD_BITS, Command, Reply, host_row_words,
-                        weight_row_words)
+from ..protocol import (HEADER_LAYOUT, MEMORY_ADDRESS_LAYOUT, STATUS_WORDS, WORD_BITS, Command,
+                        Memory, Reply, host_row_words, weight_row_words)
 from .core import host_control_shapes
+from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
 from .sequencer import STATUS_SHAPES
 
 __all__ = ["HostInterface"]
@@ -22,6 +23,9 @@ class HostInterface(wiring.Component):
     A header with an unknown opcode is answered with ``BAD_COMMAND`` and the next word is
     read as a header, so the interface never locks up on bad input. ``DATA`` rows that
     arrive while the core is not running are dropped, so they cannot block the stream.
+    ``READ_MEMORY`` and ``WRITE_MEMORY`` become host DMA transfers on ``memory_request``;
+    one that names rows outside the memory, or comes while a program runs, is answered
+    with ``REFUSED`` (and its rows dropped).
     """
 
     def __init__(self, cfg):
@@ -32,6 +36,7 @@ class HostInterface(wiring.Component):
             **{name: Out(shape) for name, shape in host_control_shapes(cfg).items()},
             "host_in": Out(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
             "host_out": In(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes))),
+            "memory_request": Out(stream.Signature(DMA_REQUEST_LAYOUT)),
             **{name: In(shape) for name, shape in STATUS_SHAPES.items()},
         })
 
@@ -47,9 +52,16 @@ class HostInterface(wiring.Component):
         buffer = Signal(32 * widest)           # the words of a row being gathered
         index = Signal(range(widest + 1))
         status_request = Signal()
-        bad_request = Signal()
+        bad_request = Signal()          # a BAD_COMMAND or REFUSED reply is due
+        bad_reply = Signal(8)
         bad_opcode = Signal(8)
         took = self.cmd.valid & self.cmd.ready
+        running = self.state == CoreState.RUNNING
+        # Where DATA rows go: to a running program, to a WRITE_MEMORY, or nowhere.
+        rows_mode = Signal(2)
+        ROWS_TO_PROGRAM, ROWS_TO_MEMORY, ROWS_DROPPED = 0, 1, 2
+        memory_write = Signal()
+        memory_kind = Signal(2)
 
         def int8_lanes(bits, lanes):
             return [bits[8 * k:8 * k + 8] for k in range(lanes)]
@@ -67,14 +79,49 @@ class HostInterface(wiring.Component):
                         with m.Case(Command.START.value):
                             m.next = "StartAddress"
                         with m.Case(Command.DATA.value):
+                            m.d.sync += rows_mode.eq(ROWS_TO_PROGRAM)
                             with m.If(head.count != 0):
                                 m.next = "Data"
+                        with m.Case(Command.READ_MEMORY.value, Command.WRITE_MEMORY.value):
+                            m.d.sync += memory_write.eq(head.opcode == Command.WRITE_MEMORY.value)
+                            m.next = "MemoryAddress"
                         with m.Case(Command.STATUS.value):
                             m.d.sync += status_request.eq(1)
                         with m.Case(Command.ABORT.value):
                             m.d.comb += self.abort_run.eq(1)
                         with m.Default():
-                            m.d.sync += [bad_request.eq(1), bad_opcode.eq(head.opcode)]
+                            m.d.sync += [bad_request.eq(1), bad_opcode.eq(head.opcode),
+                                         bad_reply.eq(Reply.BAD_COMMAND.value)]
+
+            with m.State("MemoryAddress"):
+                m.d.comb += self.cmd.ready.eq(1)
+                where = data.View(MEMORY_ADDRESS_LAYOUT, word)
+                in_ub = ((where.memory == Memory.UNIFIED_BUFFER.value) &
+                         (where.row + count <= cfg.ub_depth))
+                in_acc = ((where.memory == Memory.ACCUMULATORS.value) & ~memory_write &
+                          (where.row + count <= cfg.acc_depth))
+                with m.If(took):
+                    m.d.sync += [addr.eq(where.row), memory_kind.eq(
+                        Mux(memory_write, DMA_READ_HOST,
+                            Mux(where.memory == Memory.ACCUMULATORS.value, DMA_WRITE_ACC,
+                                DMA_WRITE_UB)))]
+                    with m.If(~running & (where.reserved == 0) & (count < (1 << 16)) &
+                              (in_ub | in_acc)):
+                        _goto(m, count == 0, "Header", "MemoryRequest")
+                    with m.Else():
+                        m.d.sync += [bad_request.eq(1), bad_reply.eq(Reply.REFUSED.value),
+                                     bad_opcode.eq(Mux(memory_write, Command.WRITE_MEMORY.value,
+                                                       Command.READ_MEMORY.value)),
+                                     rows_mode.eq(ROWS_DROPPED)]
+                        _goto(m, memory_write & (count != 0), "Data", "Header")
+            with m.State("MemoryRequest"):
+                m.d.comb += [self.memory_request.valid.eq(1),
+                             self.memory_request.payload.kind.eq(memory_kind),
+                             self.memory_request.payload.addr.eq(addr),
+                             self.memory_request.payload.count.eq(count)]
+                with m.If(self.memory_request.ready):
+                    m.d.sync += rows_mode.eq(ROWS_TO_MEMORY)
+                    _goto(m, memory_write, "Data", "Header")
 
             with m.State("ProgramAddress"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -130,11 +177,11 @@ class HostInterface(wiring.Component):
                     with m.If(index == words - 1):
                         m.next = "DataPush"
             with m.State("DataPush"):
-                running = self.state == CoreState.RUNNING
                 for lane, bits in enumerate(int8_lanes(buffer, cfg.ub_lanes)):
                     m.d.comb += self.host_in.payload[lane].eq(bits)
-                m.d.comb += self.host_in.valid.eq(running)
-                with m.If(~running | self.host_in.ready):
+                deliver = Mux(rows_mode == ROWS_TO_PROGRAM, running, rows_mode == ROWS_TO_MEMORY)
+                m.d.comb += self.host_in.valid.eq(deliver)
+                with m.If(~deliver | self.host_in.ready):
                     m.d.sync += [count.eq(count - 1), index.eq(0)]
                     _goto(m, count == 1, "Header", "Data")
 
@@ -152,8 +199,7 @@ class HostInterface(wiring.Component):
                     m.next = "Status"
                 with m.Elif(bad_request):
                     m.d.comb += [self.rsp.valid.eq(1),
-                                 self.rsp.payload.eq(Cat(bad_opcode, Const(0, 16),
-                                                         Const(Reply.BAD_COMMAND.value, 8)))]
+                                 self.rsp.payload.eq(Cat(bad_opcode, Const(0, 16), bad_reply))]
                     with m.If(self.rsp.ready):
                         m.d.sync += bad_request.eq(0)
                 with m.Elif(self.host_out.valid):

@@ -29,6 +29,7 @@ class TPU(wiring.Component):
         wiring.connect(m, host.rsp, wiring.flipped(self.rsp))
         wiring.connect(m, host.host_in, core.host_in)
         wiring.connect(m, core.host_out, host.host_out)
+        wiring.connect(m, host.memory_request, core.memory_request)
         for name in host_control_shapes(self._cfg):
             m.d.comb += getattr(core, name).eq(getattr(host, name))
         for name in STATUS_SHAPES:

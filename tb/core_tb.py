@@ -33,7 +33,7 @@ class CoreRun:
 def idle_inputs(io):
     """Drive every input of the core to its idle value (undriven inputs are X in Icarus)."""
     for name in ("start", "abort_run", "program_write_en", "weight_write_en",
-                 "host_in__valid", "host_out__ready"):
+                 "host_in__valid", "host_out__ready", "memory_request__valid"):
         io.set(name, 0)
 
 

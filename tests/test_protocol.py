@@ -5,7 +5,7 @@ import pytest
 
 from tpuer import Config, isa
 from tpuer.isa import CoreState, ErrorCode
-from tpuer.protocol import Command, Reply, decode_replies, encode, header
+from tpuer.protocol import Command, Memory, Reply, decode_replies, encode, header
 
 
 def test_commands_have_their_documented_words():
@@ -36,3 +36,33 @@ def test_replies_decode_and_an_unfinished_one_is_kept():
     assert rest == [(Reply.ROW.value << 24) | 2, 1]
     with pytest.raises(ValueError, match="not a reply header"):
         decode_replies([0x12345678])
+
+
+def test_memory_commands_have_their_documented_words():
+    cfg = Config(rows=4, cols=4)
+    assert encode.read_memory(Memory.ACCUMULATORS, 5, 3) == [
+        (Command.READ_MEMORY.value << 24) | 3, 5 | (1 << 16)]
+    words = encode.write_memory(cfg, 2, [[1, -1, 2, -2]])
+    assert words == [(Command.WRITE_MEMORY.value << 24) | 1, 2, 0xFE02FF01]
+    with pytest.raises(ValueError, match="16 bits"):
+        encode.read_memory(Memory.UNIFIED_BUFFER, 1 << 16, 1)
+    with pytest.raises(ValueError):
+        encode.read_memory(7, 0, 1)
+    replies, rest = decode_replies([(Reply.REFUSED.value << 24) | Command.READ_MEMORY.value])
+    assert replies == [("refused", Command.READ_MEMORY.value)] and rest == []
+
+
+def test_the_model_refuses_what_the_host_interface_refuses():
+    from tpuer.sim.isa_model import CoreModel
+    cfg = Config(rows=4, cols=4, ub_depth=16, acc_depth=8)
+    model = CoreModel(cfg)
+    assert model.memory_access_error(False, 0, 16) is None
+    assert "outside the Unified Buffer of 16 rows" in model.memory_access_error(False, 15, 2)
+    assert "outside the accumulators of 8 rows" in model.memory_access_error(True, 8, 1)
+    assert "only the Unified Buffer" in model.memory_access_error(True, 0, 1, write=True)
+    model.write_memory(3, [[1, 2, 3, 4]])
+    assert model.read_memory(False, 3, 1)[0].tolist() == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="outside"):
+        model.read_memory(True, 7, 2)
+    with pytest.raises(ValueError, match="must lie in"):
+        model.write_memory(0, [[300, 0, 0, 0]])

@@ -15,11 +15,20 @@ opcode in bits 24..31. Payloads:
   Rows sent while the core is not running are dropped.
 * ``STATUS``: answered by a ``STATUS`` reply.
 * ``ABORT``: stops a running program.
+* ``READ_MEMORY`` (count = n rows): a :data:`MEMORY_ADDRESS_LAYOUT` word (row address,
+  :class:`Memory`); rows ``address...`` come back as ``ROW`` replies, without a program.
+* ``WRITE_MEMORY`` (count = n rows): a :data:`MEMORY_ADDRESS_LAYOUT` word (Unified Buffer
+  only), then n rows as in ``DATA``; they are written into UB rows ``address...``.
+
+Both memory commands run only while no program runs, and only on rows inside the memory;
+otherwise the TPU answers ``REFUSED`` and does nothing (the rows of a refused
+``WRITE_MEMORY`` are read and dropped, so the stream stays in step).
 
 Replies: ``ROW`` (count = lanes): one word per lane, a signed 32-bit value; ``STATUS``
 (count = 6): state | error << 8, error_pc, cycles, MXU-busy cycles, weight-stall cycles,
 instructions; ``BAD_COMMAND`` (count = the opcode received): the header was not a command;
-the interface reads the next word as a header.
+the interface reads the next word as a header; ``REFUSED`` (count = the opcode): a memory
+command that could not run.
 """
 
 import numpy as np
@@ -28,8 +37,8 @@ from amaranth.lib import data, enum
 
 from .isa import CoreState, ErrorCode, Instruction
 
-__all__ = ["Command", "Reply", "HEADER_LAYOUT", "WORD_BITS", "weight_row_words",
-           "host_row_words", "encode", "decode_replies", "Status"]
+__all__ = ["Command", "Reply", "Memory", "HEADER_LAYOUT", "MEMORY_ADDRESS_LAYOUT", "WORD_BITS",
+           "weight_row_words", "host_row_words", "encode", "decode_replies", "Status"]
 
 WORD_BITS = 32
 HEADER_LAYOUT = data.StructLayout({"count": unsigned(24), "opcode": unsigned(8)})
@@ -43,12 +52,26 @@ class Command(enum.Enum, shape=unsigned(8)):
     DATA = 0x04
     STATUS = 0x05
     ABORT = 0x06
+    READ_MEMORY = 0x07
+    WRITE_MEMORY = 0x08
 
 
 class Reply(enum.Enum, shape=unsigned(8)):
     ROW = 0x81
     STATUS = 0x82
+    REFUSED = 0x8E
     BAD_COMMAND = 0x8F
+
+
+class Memory(enum.Enum, shape=unsigned(8)):
+    """Which memory a READ_MEMORY or WRITE_MEMORY names."""
+    UNIFIED_BUFFER = 0
+    ACCUMULATORS = 1
+
+
+#: The address word of READ_MEMORY and WRITE_MEMORY.
+MEMORY_ADDRESS_LAYOUT = data.StructLayout({"row": unsigned(16), "memory": unsigned(8),
+                                           "reserved": unsigned(8)})
 
 
 STATUS_WORDS = 6
@@ -75,6 +98,13 @@ def _pack_int8(lanes, words):
     raw = np.zeros(4 * words, dtype=np.uint8)
     raw[:len(lanes)] = lanes.astype(np.int8).view(np.uint8)
     return [int(w) for w in raw.view("<u4")]
+
+
+def _memory_address(memory, row):
+    memory = Memory(memory)
+    if not 0 <= row < (1 << 16):
+        raise ValueError(f"a memory row address must fit 16 bits, not {row}")
+    return row | (memory.value << 16)
 
 
 class encode:
@@ -107,6 +137,18 @@ class encode:
         return words
 
     @staticmethod
+    def read_memory(memory, row, rows):
+        return [header(Command.READ_MEMORY, rows), _memory_address(memory, row)]
+
+    @staticmethod
+    def write_memory(cfg, row, rows):
+        words = [header(Command.WRITE_MEMORY, len(rows)),
+                 _memory_address(Memory.UNIFIED_BUFFER, row)]
+        for values in rows:
+            words += _pack_int8(values, host_row_words(cfg))
+        return words
+
+    @staticmethod
     def status():
         return [header(Command.STATUS)]
 
@@ -124,15 +166,16 @@ def _signed32(word):
 
 
 def decode_replies(words):
-    """Split reply words into ``("row", array)``, ``("status", Status)`` and
-    ``("bad_command", opcode)``; returns (replies, words left over from an unfinished one)."""
+    """Split reply words into ``("row", array)``, ``("status", Status)``,
+    ``("bad_command", opcode)`` and ``("refused", opcode)``; returns (replies, words left over from an unfinished one)."""
     replies, position = [], 0
     words = list(words)
     while position < len(words):
         head = words[position]
         opcode, count = head >> 24, head & MAX_COUNT
-        if opcode == Reply.BAD_COMMAND.value:
-            replies.append(("bad_command", count))
+        if opcode in (Reply.BAD_COMMAND.value, Reply.REFUSED.value):
+            replies.append(("bad_command" if opcode == Reply.BAD_COMMAND.value else "refused",
+                            count))
             position += 1
             continue
         size = count if opcode == Reply.ROW.value else STATUS_WORDS
