@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..isa import (ALL_LANES, ConfigParam, CoreState, ErrorCode, Instruction, MatmulFlag,
+from ..isa import (ALL_LANES, DEFINED_FLAGS, ConfigParam, CoreState, ErrorCode, Instruction, MatmulFlag,
                    Opcode, WriteHostFlag)
 from .accumulator_model import AccumulatorModel
 from .activation_model import ActivationParams, requantize
@@ -78,6 +78,38 @@ class CoreModel:
                              f"memory of {cfg.weight_tiles} tiles")
         self.weights[tile_index:tile_index + len(tiles)] = tiles
 
+    def memory_access_error(self, accumulators, row, rows, *, write=False):
+        """Why the host may not read (or write) ``rows`` rows from ``row`` of the Unified
+        Buffer (or the accumulators) directly, or ``None`` if it may. The host interface
+        refuses exactly these (``READ_MEMORY``, ``WRITE_MEMORY``)."""
+        name, depth = (("accumulators", self.cfg.acc_depth) if accumulators else
+                       ("Unified Buffer", self.cfg.ub_depth))
+        if write and accumulators:
+            return "the host writes only the Unified Buffer"
+        if rows >= 1 << 16:
+            return f"at most {(1 << 16) - 1} rows at a time, not {rows}"
+        if row < 0 or row + rows > depth:
+            return f"rows {row}..{row + rows - 1} are outside the {name} of {depth} rows"
+        return None
+
+    def read_memory(self, accumulators, row, rows):
+        """The host's direct read: ``rows`` rows from ``row``, as the host receives them."""
+        error = self.memory_access_error(accumulators, row, rows)
+        if error:
+            raise ValueError(error)
+        source = self.acc if accumulators else self.ub
+        return [source.read(row + k) for k in range(rows)]
+
+    def write_memory(self, row, values):
+        """The host's direct write of Unified Buffer rows from ``row``."""
+        values = check_range("rows", np.asarray(values).reshape(-1, self.cfg.ub_lanes),
+                             self.cfg.operand_min, self.cfg.operand_max)
+        error = self.memory_access_error(False, row, len(values), write=True)
+        if error:
+            raise ValueError(error)
+        for k, value in enumerate(values):
+            self.ub.write(row + k, value)
+
     def activation_params(self):
         return ActivationParams(self.cfg, bias=self.bias, multiplier=self.multiplier,
                                 shift=self.shift, zero_point=self.zero_point, relu=self.relu)
@@ -96,9 +128,7 @@ class CoreModel:
             if instr.flags > max(ConfigParam):
                 return ErrorCode.BAD_FIELD
         else:
-            defined = {Opcode.MATMUL: int(MatmulFlag.ACCUMULATE | MatmulFlag.SWITCH),
-                       Opcode.WRITE_HOST: int(WriteHostFlag.FROM_ACC)}.get(op, 0)
-            if instr.flags & ~defined:
+            if instr.flags & ~DEFINED_FLAGS.get(op, 0):
                 return ErrorCode.BAD_FIELD
         a, b, n = instr.a, instr.b, instr.count
         ub_ok = lambda start: start + n <= cfg.ub_depth

@@ -96,6 +96,71 @@ def _cmd_bench(parser, args):
     return 0
 
 
+def _load_program(path):
+    from .assembler import assemble, read_program
+    if Path(path).suffix == ".bin":
+        return read_program(path)
+    return assemble(Path(path).read_text(), name=str(path))
+
+
+def _cmd_asm(parser, args):
+    from .assembler import AsmError, write_program
+    try:
+        program = _load_program(args.source)
+    except (AsmError, OSError) as error:
+        print(f"tpuer asm: {error}", file=sys.stderr)
+        return 1
+    output = args.output or str(Path(args.source).with_suffix(".bin"))
+    write_program(output, program)
+    print(f"{args.source}: {len(program)} instructions -> {output}", file=sys.stderr)
+    return 0
+
+
+def _cmd_disasm(parser, args):
+    from .assembler import disassemble, read_program
+    try:
+        program = read_program(args.binary)
+    except (ValueError, OSError) as error:
+        print(f"tpuer disasm: {error}", file=sys.stderr)
+        return 1
+    text = disassemble(program, addresses=not args.bare)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_run(parser, args):
+    import numpy as np
+    from .assembler import AsmError
+    from .device import Device
+    from .isa import CoreState
+    cfg = config_from_args(parser, args)
+    try:
+        program = _load_program(args.program)
+        weights = np.load(args.weights) if args.weights else None
+        host_in = np.load(args.input) if args.input else None
+        device = Device(cfg, backend=args.backend)
+        result = device.run_program(program, weights=weights, host_in=host_in)
+    except (AsmError, OSError, ValueError, TypeError) as error:
+        print(f"tpuer run: {error}", file=sys.stderr)
+        return 1
+    print(f"state {result.state.name}" + (
+        f": {result.error.name} at instruction {result.error_pc}"
+        if result.state is CoreState.ERROR else ""))
+    for name, value in device.stats.items():
+        print(f"{name:>20} {value:,}")
+    print(f"{'rows to the host':>20} {len(result.host_out):,}")
+    if args.output:
+        np.save(args.output, result.host_out)
+        print(f"rows saved to {args.output}")
+    elif len(result.host_out):
+        with np.printoptions(linewidth=120, threshold=200):
+            print(result.host_out)
+    return 0 if result.state is CoreState.HALTED else 2
+
+
 def build_parser():
     from .hw.export import blocks
     parser = argparse.ArgumentParser(
@@ -127,6 +192,31 @@ def build_parser():
                       help="write a waveform file (same as TPUER_WAVES=1)")
     add_config_arguments(demo)
     demo.set_defaults(run=_cmd_demo)
+
+    asm = commands.add_parser("asm", help="assemble a program (.s) into instruction words (.bin)")
+    asm.add_argument("source", help="assembly file")
+    asm.add_argument("-o", "--output", help="program file (default: the source's name, .bin)")
+    asm.set_defaults(run=_cmd_asm)
+
+    disasm = commands.add_parser("disasm", help="a program file (.bin) as assembly text")
+    disasm.add_argument("binary", help="program file")
+    disasm.add_argument("-o", "--output", help="text file (default stdout)")
+    disasm.add_argument("--bare", action="store_true",
+                        help="leave out the instruction indices")
+    disasm.set_defaults(run=_cmd_disasm)
+
+    run = commands.add_parser("run", help="run a program (.s or .bin) and print its status "
+                                          "and counters")
+    run.add_argument("program", help="assembly (.s) or program (.bin) file")
+    run.add_argument("--backend", default="golden",
+                     choices=["golden", "pysim", "verilator", "icarus"],
+                     help="what runs it (default golden)")
+    run.add_argument("--weights", help=".npy of int8 weight tiles, shape (tiles, rows, cols), "
+                                       "loaded at tile 0")
+    run.add_argument("--input", help=".npy of int8 rows for READ_HOST, shape (n, ub_lanes)")
+    run.add_argument("-o", "--output", help=".npy for the rows WRITE_HOST sends")
+    add_config_arguments(run)
+    run.set_defaults(run=_cmd_run)
 
     bench = commands.add_parser(
         "bench", help="GEMM cycles and MXU utilisation on the core; simulator speed")

@@ -1,16 +1,38 @@
 """``tpuer.Device``: the public API of a TPU, whatever runs it."""
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .config import Config
-from .driver import MAX_EXACT_K, assemble_matmul, plan_matmul
-from .isa import CoreState
+from .driver import MAX_EXACT_K, Step, assemble_matmul, plan_matmul
+from .isa import CoreState, ErrorCode, Instruction, Opcode
 
-__all__ = ["Device", "TPUError"]
+__all__ = ["Device", "TPUError", "ProgramResult"]
+
+
+@dataclass
+class ProgramResult:
+    """How a program ended: ``state`` (HALTED or ERROR), ``error`` and ``error_pc`` (the
+    failing instruction), and ``host_out``, the rows WRITE_HOST sent (int32, one row of
+    ``ub_lanes`` a row; accumulator rows fill the first ``cols`` lanes)."""
+    state: CoreState
+    error: ErrorCode
+    error_pc: int
+    host_out: np.ndarray
 
 
 class TPUError(RuntimeError):
     """The core stopped with an error (the message has the code and the instruction)."""
+
+
+def _check_int8_array(name, value, ndim):
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{name} must be a NumPy array of dtype int8, not {type(value).__name__}")
+    if value.dtype != np.int8:
+        raise TypeError(f"{name} must have dtype int8, not {value.dtype}")
+    if value.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, not of shape {value.shape}")
 
 
 def _check_int8_matrix(name, value):
@@ -51,6 +73,51 @@ class Device:
         self.backend = backend
         self._backend = make_backend(backend, config)
         self.stats = {}
+
+    def run_program(self, program, *, weights=None, host_in=None):
+        """Run one program (a list of :class:`~tpuer.isa.Instruction` or 64-bit words)
+        from instruction 0, with ``weights`` (int8, shape (tiles, rows, cols)) loaded at
+        tile 0 and ``host_in`` (int8, shape (n, ub_lanes)) offered to READ_HOST. Returns a
+        :class:`ProgramResult`; :attr:`stats` holds the counters. A program that stops
+        with an error is a result too, not an exception."""
+        cfg = self.config
+        program = [item if isinstance(item, Instruction) else Instruction.decode(item)
+                   for item in program]
+        if not 1 <= len(program) <= cfg.program_depth:
+            raise ValueError(f"a program has 1 to {cfg.program_depth} instructions "
+                             f"(Config.program_depth), not {len(program)}")
+        if weights is None:
+            weights = np.zeros((0, cfg.rows, cfg.cols), np.int8)
+        _check_int8_array("weights", weights, 3)
+        if weights.shape[1:] != (cfg.rows, cfg.cols) or len(weights) > cfg.weight_tiles:
+            raise ValueError(f"weights must have shape (tiles, {cfg.rows}, {cfg.cols}) with at "
+                             f"most {cfg.weight_tiles} tiles, not {weights.shape}")
+        if host_in is None:
+            host_in = np.zeros((0, cfg.ub_lanes), np.int8)
+        _check_int8_array("host_in", host_in, 2)
+        if host_in.shape[1] != cfg.ub_lanes:
+            raise ValueError(f"host_in rows must have {cfg.ub_lanes} lanes (ub_lanes), not "
+                             f"{host_in.shape[1]}")
+        wanted = 0
+        for instr in program:
+            if instr.op is Opcode.HALT:
+                break
+            if instr.op is Opcode.READ_HOST:
+                wanted += instr.count
+        if wanted > len(host_in):
+            raise ValueError(f"the program's READ_HOST instructions take {wanted} rows, but "
+                             f"host_in has {len(host_in)}: the core would wait for them")
+        step = Step(program, weights.astype(np.int64), list(host_in.astype(np.int64)))
+        run = self._backend.run([step])[0]
+        self.stats = {"cycles": run.cycles, "mxu_busy_cycles": run.mxu_busy_cycles,
+                      "weight_stall_cycles": run.weight_stall_cycles,
+                      "macs": run.mxu_busy_cycles * cfg.rows * cfg.cols,
+                      "instructions": run.instructions, "programs": 1}
+        rows = np.zeros((len(run.host_out), cfg.ub_lanes), dtype=np.int64)
+        for index, row in enumerate(run.host_out):
+            rows[index, :len(row)] = row
+        return ProgramResult(state=run.state, error=run.error, error_pc=run.error_pc,
+                             host_out=rows.astype(np.int32))
 
     def matmul(self, a, b):
         """The exact int32 product of int8 ``a`` (M, K) and int8 ``b`` (K, N)."""

@@ -23,7 +23,7 @@ from amaranth.lib import data, enum
 
 __all__ = ["Opcode", "MatmulFlag", "WriteHostFlag", "ConfigParam", "ErrorCode",
            "INSTRUCTION_LAYOUT", "INSTRUCTION_BITS", "Instruction", "ALL_LANES",
-           "CoreState"]
+           "CoreState", "OPERANDS", "DEFINED_FLAGS"]
 
 
 class Opcode(enum.Enum, shape=unsigned(4)):
@@ -117,6 +117,17 @@ INSTRUCTION_LAYOUT = data.StructLayout({
 })
 INSTRUCTION_BITS = INSTRUCTION_LAYOUT.size
 _FIELDS = {name: (field.offset, field.shape.width) for name, field in INSTRUCTION_LAYOUT}
+
+#: The fields each opcode takes as operands, in assembly order (CONFIG has its own form:
+#: parameter, value, lane).
+OPERANDS = {
+    Opcode.NOP: (), Opcode.HALT: (), Opcode.SYNC: (),
+    Opcode.READ_HOST: ("a", "count"),
+    Opcode.WRITE_HOST: ("a", "count"),
+    Opcode.READ_WEIGHTS: ("a", "count"),
+    Opcode.MATMUL: ("a", "b", "count"),
+    Opcode.ACTIVATE: ("a", "b", "count"),
+}
 
 #: Flags each opcode defines; any other flag is a BAD_FIELD error.
 DEFINED_FLAGS = {
