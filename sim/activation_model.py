@@ -7,7 +7,7 @@ import numpy as np
 
 from .numerics import check_range, saturate
 
-__all__ = ["requantize", "rounding_doubling_high_mul", "rounding_divide_by_pot",
+__all__ = ["requantize", "requantize_lanes", "rounding_doubling_high_mul", "rounding_divide_by_pot",
            "quantize_multiplier", "ActivationParams"]
 
 
@@ -79,11 +79,22 @@ def requantize(acc, params):
     """
     cfg = params.cfg
     acc = check_range("accumulator values", acc, cfg.acc_min, cfg.acc_max)
-    x = saturate(acc + params.bias, cfg.acc_width)
-    high = rounding_doubling_high_mul(x, params.multiplier)
-    y = rounding_divide_by_pot(high, params.shift) + params.zero_point
-    low = params.zero_point if params.relu else cfg.operand_min
-    return np.clip(y, low, cfg.operand_max)
+    return requantize_lanes(acc, bias=params.bias, multiplier=params.multiplier,
+                            shift=params.shift, zero_point=params.zero_point,
+                            relu=params.relu, acc_width=cfg.acc_width,
+                            operand_width=cfg.operand_width)
+
+
+def requantize_lanes(acc, *, bias, multiplier, shift, zero_point, relu, acc_width=32,
+                     operand_width=8):
+    """The arithmetic of :func:`requantize` on any number of lanes (the quantised network's
+    reference uses it for layers wider than the array): saturating bias add, rounding
+    doubling high multiply, rounding right shift, zero point, clamp (and ReLU)."""
+    x = saturate(np.asarray(acc, np.int64) + np.asarray(bias, np.int64), acc_width)
+    high = rounding_doubling_high_mul(x, multiplier)
+    y = rounding_divide_by_pot(high, shift) + zero_point
+    low = zero_point if relu else -(1 << (operand_width - 1))
+    return np.clip(y, low, (1 << (operand_width - 1)) - 1)
 
 
 def quantize_multiplier(scale):

@@ -119,6 +119,53 @@ class Device:
         return ProgramResult(state=run.state, error=run.error, error_pc=run.error_pc,
                              host_out=rows.astype(np.int32))
 
+    def run(self, model, x, *, progress=None):
+        """The int8 output of quantised ``model`` (:func:`tpuer.quantize`) for int8 input
+        ``x``, computed on the TPU; equal, bit for bit, to ``model.reference(x)``.
+        :attr:`stats` holds the counters of every program it ran; ``progress``, if given,
+        is called with (programs done, programs in all) after each segment."""
+        from .compiler import compile_model, segment_outputs, segment_steps
+        model.check_input(x)
+        plan = compile_model(self.config, model)
+        batch = len(x)
+        totals = {"cycles": 0, "mxu_busy_cycles": 0, "weight_stall_cycles": 0,
+                  "instructions": 0}
+        programs_total = sum(-(-self._segment_items(model, seg, batch) // seg.block)
+                             for seg in plan.segments)
+        programs = 0
+        act, parts = x, []
+        for seg in plan.segments:
+            first = model.layers[seg.layers[0]]
+            steps = segment_steps(plan, seg, first.rows_of(act))
+            runs = self._backend.run(steps)
+            for run in runs:
+                if run.state is not CoreState.HALTED:
+                    raise TPUError(f"a program of layers {seg.layers} stopped in "
+                                   f"{run.state.name} with {run.error.name} at instruction "
+                                   f"{run.error_pc}")
+                for name in totals:
+                    value = getattr(run, name)
+                    totals[name] = None if value is None or totals[name] is None \
+                        else totals[name] + value
+            programs += len(runs)
+            if progress is not None:
+                progress(programs, programs_total)
+            columns = segment_outputs(plan, seg, steps, [run.host_out for run in runs])
+            last = model.layers[seg.layers[-1]]
+            parts.append(columns)
+            if sum(part.shape[1] for part in parts) == last.n:
+                act = last.output_of(np.concatenate(parts, axis=1).astype(np.int8), batch)
+                parts = []
+        self.stats = {**totals, "macs": model.macs_per_sample * batch, "programs": programs}
+        return act
+
+    @staticmethod
+    def _segment_items(model, segment, batch):
+        layer = model.layers[segment.layers[0]]
+        if layer.kind == "conv2d":
+            return batch * int(np.prod(layer.output_shape[:-1]))
+        return batch
+
     def matmul(self, a, b):
         """The exact int32 product of int8 ``a`` (M, K) and int8 ``b`` (K, N)."""
         _check_int8_matrix("a", a)
