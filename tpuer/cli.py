@@ -21,8 +21,8 @@ _CONFIG_OPTIONS = [
 ]
 
 
-def add_config_arguments(parser):
-    defaults = Config()
+def add_config_arguments(parser, defaults=None):
+    defaults = defaults or Config()
     group = parser.add_argument_group("configuration")
     for name, text in _CONFIG_OPTIONS:
         group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int,
@@ -78,11 +78,15 @@ def _cmd_lint(parser, args):
 
 def _cmd_demo(parser, args):
     import os
-    from .demo import run_demo
+    from .demo import run_matrix_unit_demo, run_network_demo
     if args.waves:
         os.environ["TPUER_WAVES"] = "1"
-    return run_demo(config_from_args(parser, args), simulator=args.simulator, m=args.m,
-                    tiles=args.tiles, seed=args.seed)
+    cfg = config_from_args(parser, args)
+    if args.network == "matrix-unit":
+        return run_matrix_unit_demo(cfg, simulator=args.simulator, m=args.m,
+                                    tiles=args.tiles, seed=args.seed)
+    return run_network_demo(args.network, cfg, backend=args.backend, samples=args.samples,
+                            clock_mhz=args.clock_mhz)
 
 
 def _cmd_bench(parser, args):
@@ -182,15 +186,31 @@ def build_parser():
     add_config_arguments(lint)
     lint.set_defaults(run=_cmd_lint)
 
-    demo = commands.add_parser("demo", help="run a random matrix product on the simulated TPU")
-    demo.add_argument("--simulator", default="verilator", choices=["verilator", "icarus"])
-    demo.add_argument("-m", type=int, default=16, help="rows of the input matrix (default 16)")
+    demo = commands.add_parser(
+        "demo", help="the main job: a quantised digits network on the simulated TPU",
+        description="mlp (default) and cnn: train the network on scikit-learn's digits, "
+                    "quantise, compile and run the test split on the simulated TPU. "
+                    "matrix-unit: the matrix unit alone, a random product through it.")
+    demo.add_argument("network", nargs="?", default="mlp", choices=["mlp", "cnn", "matrix-unit"])
+    demo.add_argument("--backend", default="verilator",
+                      choices=["golden", "pysim", "verilator", "icarus"],
+                      help="what runs the network (default verilator)")
+    demo.add_argument("--samples", type=int, default=None,
+                      help="test samples to run (default: the whole test split)")
+    demo.add_argument("--clock-mhz", type=float, default=100.0,
+                      help="clock for the inferences per second (default 100, the "
+                           "ULX3S-85F target)")
+    demo.add_argument("--simulator", default="verilator", choices=["verilator", "icarus"],
+                      help="matrix-unit: the simulator")
+    demo.add_argument("-m", type=int, default=16,
+                      help="matrix-unit: rows of the input matrix (default 16)")
     demo.add_argument("--tiles", type=int, default=2,
-                      help="weight tiles multiplied back to back (default 2)")
+                      help="matrix-unit: weight tiles multiplied back to back (default 2)")
     demo.add_argument("--seed", type=int, default=2026)
     demo.add_argument("--waves", action="store_true",
                       help="write a waveform file (same as TPUER_WAVES=1)")
-    add_config_arguments(demo)
+    from .demo import DEMO_CONFIG
+    add_config_arguments(demo, DEMO_CONFIG)
     demo.set_defaults(run=_cmd_demo)
 
     asm = commands.add_parser("asm", help="assemble a program (.s) into instruction words (.bin)")

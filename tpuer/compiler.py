@@ -12,7 +12,9 @@ Within a program, for each layer and each output tile ``j``: the weight tiles of
 multiply the input tiles one after another, summing in accumulator half ``j % 2``; the
 activation of tile ``j`` is issued after the products of tile ``j + 1``, so that it waits
 for nothing but its own half's drain while the matrix unit works on the other half.
-READ_WEIGHTS is issued a Weight FIFO's depth ahead, so weight shifts hide behind products.
+READ_WEIGHTS is issued a Weight FIFO's depth ahead, so weight shifts hide behind products,
+and the input comes in one tile per READ_HOST, each issued before the products of the tile
+ahead of it, so that only the first tile's transfer is not hidden.
 
 Memory layout of a block of ``b`` rows (``T`` = the most tiles any layer of the chain
 reads or writes): Unified Buffer rows ``[0, b T)`` and ``[b T, 2 b T)`` take turns as
@@ -98,14 +100,20 @@ def _segment_program(cfg, model, segment, block):
     region = block * max(max(kt, j1 - j0) for kt, j0, j1 in shapes)
     half = cfg.acc_depth // 2
     ahead = min(tiles_total, cfg.weight_fifo_tiles + 1)
-    program = [isa.read_weights(0, ahead), isa.read_host(0, block * shapes[0][0])]
+    # The input arrives one tile at a time, each transfer overlapping the products of the
+    # tile before it (the DMA engine moves one transfer while the next waits).
+    program = [isa.read_weights(0, ahead), isa.read_host(0, block)]
+    inputs_sent = 1
     read = ahead
     state = {}
     source, target = 0, region
 
     def matmuls(kt, j, count):
-        nonlocal read
+        nonlocal read, inputs_sent
         for i in range(kt):
+            if inputs_sent < shapes[0][0] and inputs_sent == i + 1:
+                program.append(isa.read_host(inputs_sent * block, block))
+                inputs_sent += 1
             program.append(isa.matmul(source + i * block, (count % 2) * half, block,
                                       accumulate=i > 0, switch=True))
             if read < tiles_total:

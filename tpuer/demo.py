@@ -1,5 +1,5 @@
-"""The main job: Verilog of the matrix unit, and a random matrix product run through it on
-a simulator and checked against NumPy."""
+"""The demos: the main job (a quantised network on the digits, run whole on the simulated
+TPU), and the matrix unit alone (its Verilog, and a random product through it)."""
 
 import sys
 import tempfile
@@ -8,14 +8,192 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["run_demo"]
+__all__ = ["run_network_demo", "run_matrix_unit_demo", "DEMO_CONFIG"]
 
 
 def _say(text=""):
     print(text, flush=True)
 
 
-def run_demo(cfg, *, simulator="verilator", m=16, tiles=2, seed=2026):
+def _default_config():
+    from .config import Config
+    return Config(rows=8, cols=8, ub_depth=1024, acc_depth=256, weight_tiles=64)
+
+
+#: The TPU the network demos run on: an 8x8 array with room for the digits networks'
+#: weights (64 tiles = 4 KiB) and blocks of 64 samples (a 1024-row Unified Buffer, 8 KiB).
+DEMO_CONFIG = _default_config()
+
+
+class ProgressBar:
+    """A one-line progress bar on standard error: ``label [#####.....] done/total``."""
+
+    def __init__(self, label, total, width=30, stream=None):
+        self.label, self.total, self.width = label, max(1, total), width
+        self.stream = stream or sys.stderr
+        self.started = time.perf_counter()
+        self.update(0)
+
+    def update(self, done):
+        filled = int(self.width * done / self.total)
+        elapsed = time.perf_counter() - self.started
+        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
+                          f"{done}/{self.total} {elapsed:5.1f} s")
+        self.stream.flush()
+
+    def close(self):
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+def build_network(kind, digits, seed=0):
+    """Float layers of the demo network ``kind`` ("mlp" or "cnn") and how its input looks."""
+    from .digits import train_cnn, train_mlp
+    if kind == "mlp":
+        return train_mlp(digits, hidden=(32,), seed=seed), digits.x_train, digits.x_test
+    return train_cnn(digits, seed=seed), digits.images(digits.x_train), \
+        digits.images(digits.x_test)
+
+
+def layer_utilisation(cfg, model):
+    """MXU utilisation of each layer run alone (one layer a program, on the golden back
+    end's cycle model): useful MACs over rows x cols x cycles, for a batch of 64."""
+    from .device import Device
+    from .quantize import QuantizedModel
+    device = Device(cfg, backend="golden")
+    rng = np.random.default_rng(0)
+    figures = []
+    for index, layer in enumerate(model.layers):
+        alone = QuantizedModel([layer], input_shape=layer.input_shape,
+                               input_scale=layer.input_scale,
+                               input_zero_point=layer.input_zero_point)
+        x = rng.integers(-128, 128, (64, *layer.input_shape)).astype(np.int8)
+        device.run(alone, x)
+        stats = device.stats
+        figures.append((f"{index}: {layer.kind} {layer.k}x{layer.n}",
+                        stats["macs"] / (cfg.rows * cfg.cols * stats["cycles"])))
+    return figures
+
+
+def _pictures(out_dir, kind, digits, predictions, figures, cfg):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    shown = 16
+    fig, axes = plt.subplots(2, shown // 2, figsize=(12, 4.2))
+    for index, ax in enumerate(axes.flat):
+        ax.imshow(digits.x_test[index].reshape(8, 8), cmap="gray_r", vmin=0, vmax=1)
+        right = predictions[index] == digits.y_test[index]
+        ax.set_title(f"TPU: {predictions[index]}" + ("" if right else f" ({digits.y_test[index]})"),
+                     color="black" if right else "red", fontsize=10)
+        ax.axis("off")
+    fig.suptitle(f"tpuer {kind.upper()} on the {cfg.rows}x{cfg.cols} TPU: predictions "
+                 f"(true label in brackets when wrong)")
+    fig.tight_layout()
+    digits_png = out_dir / f"{kind}-digits.png"
+    fig.savefig(digits_png, dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    names = [name for name, _ in figures]
+    values = [100 * value for _, value in figures]
+    ax.barh(names, values, color="#4477aa")
+    for y, value in enumerate(values):
+        ax.text(value + 1, y, f"{value:.1f}%", va="center")
+    ax.set_xlim(0, 110)
+    ax.set_xlabel("MXU utilisation, % (useful MACs / (rows x cols x cycles))")
+    ax.set_title(f"{kind.upper()} layers, each run alone (batch 64)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    util_png = out_dir / f"{kind}-utilisation.png"
+    fig.savefig(util_png, dpi=100)
+    plt.close(fig)
+    return digits_png, util_png
+
+
+def run_network_demo(kind="mlp", cfg=None, *, backend="verilator", samples=None,
+                     clock_mhz=100.0, chunk=60, seed=0):
+    """Train ``kind`` ("mlp" or "cnn") on the digits, quantise it, compile it, run the test
+    split on the TPU simulated by ``backend``, and print the accuracies and figures."""
+    from .device import Device
+    from .digits import float_forward, load_digits
+    from .quantize import quantize
+    from .sim import cocotb_backend
+
+    cfg = cfg or DEMO_CONFIG
+    if kind not in ("mlp", "cnn"):
+        raise SystemExit(f"tpuer demo: the network is mlp or cnn, not {kind!r}")
+    if not clock_mhz > 0:
+        raise SystemExit(f"tpuer demo: --clock-mhz must be positive, not {clock_mhz}")
+    digits = load_digits()
+    count = len(digits.x_test) if samples is None else samples
+    if not 1 <= count <= len(digits.x_test):
+        raise SystemExit(f"tpuer demo: --samples must be between 1 and {len(digits.x_test)}, "
+                         f"not {count}")
+    _say(f"tpuer demo {kind}: scikit-learn's handwritten digits (8x8 pixels), "
+         f"{len(digits.x_train)} training and {len(digits.x_test)} test samples")
+    started = time.perf_counter()
+    layers, calibration, x_test = build_network(kind, digits, seed=seed)
+    shapes = " -> ".join(type(layer).__name__ + str(tuple(layer.weights.shape))
+                         for layer in layers)
+    _say(f"[1/4] trained the float {kind.upper()} in {time.perf_counter() - started:.1f} s: "
+         f"{shapes}")
+    model = quantize(layers, calibration)
+    _say(f"[2/4] quantised to int8 (per-channel weights, calibrated on the training split): "
+         f"{model.macs_per_sample:,} MACs per inference")
+    from .compiler import compile_model
+    plan = compile_model(cfg, model)
+    _say(f"[3/4] compiled for the {cfg.name} TPU (Unified Buffer {cfg.ub_depth} rows, "
+         f"{cfg.weight_tiles} weight tiles): " + "; ".join(
+             f"layers {seg.layers} in programs of {seg.program_length} instructions, "
+             f"{seg.block} rows a block" for seg in plan.segments))
+
+    x_float = x_test[:count]
+    labels = digits.y_test[:count]
+    x_int8 = model.quantize_input(x_float)
+    reference = model.reference(x_int8)
+    device = Device(cfg, backend=backend)
+    _say(f"[4/4] running {count} test samples on the {backend} back end "
+         f"(the first run builds the simulator; later runs reuse the build)")
+    outputs, totals = [], {}
+    bar = ProgressBar("      inference", count)
+    try:
+        for start in range(0, count, chunk):
+            outputs.append(device.run(model, x_int8[start:start + chunk]))
+            for name, value in device.stats.items():
+                totals[name] = totals.get(name, 0) + (value or 0)
+            bar.update(min(count, start + chunk))
+    except cocotb_backend.SimulatorUnavailable as error:
+        bar.close()
+        raise SystemExit(f"tpuer demo: {error}")
+    bar.close()
+    tpu = np.concatenate(outputs)
+    float_accuracy = np.mean(float_forward(layers, x_float).argmax(axis=1) == labels)
+    reference_accuracy = np.mean(reference.argmax(axis=1) == labels)
+    tpu_accuracy = np.mean(tpu.argmax(axis=1) == labels)
+    exact = np.array_equal(tpu, reference)
+    cycles = totals["cycles"] / count
+    utilisation = totals["macs"] / (cfg.rows * cfg.cols * totals["cycles"])
+    _say()
+    _say(f"float accuracy            {100 * float_accuracy:.2f}%")
+    _say(f"int8 reference accuracy   {100 * reference_accuracy:.2f}%")
+    _say(f"TPU accuracy              {100 * tpu_accuracy:.2f}%  "
+         f"({'equal to the reference, every output bit for bit' if exact else 'MISMATCH'})")
+    _say(f"cycles per inference      {cycles:,.1f}  ({totals['cycles']:,} cycles, "
+         f"{totals['programs']} programs, {totals['weight_stall_cycles']} weight-stall cycles)")
+    _say(f"MXU utilisation           {100 * utilisation:.1f}%  (useful MACs / "
+         f"(rows x cols x cycles))")
+    _say(f"inferences per second     {clock_mhz * 1e6 / cycles:,.0f} at {clock_mhz:g} MHz")
+    figures = layer_utilisation(cfg, model)
+    out_dir = cocotb_backend.build_root() / "demo"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pictures = _pictures(out_dir, kind, digits, tpu.argmax(axis=1), figures, cfg)
+    _say(f"pictures: {pictures[0]} (digits and predictions), {pictures[1]} "
+         f"(utilisation per layer)")
+    return 0 if exact else 1
+
+
+def run_matrix_unit_demo(cfg, *, simulator="verilator", m=16, tiles=2, seed=2026):
     from .hw.export import build_block, to_verilog
     from .sim import cocotb_backend as backend
 
@@ -82,6 +260,3 @@ def run_demo(cfg, *, simulator="verilator", m=16, tiles=2, seed=2026):
     return 0
 
 
-if __name__ == "__main__":
-    from .config import Config
-    sys.exit(run_demo(Config()))
