@@ -28,6 +28,7 @@ import numpy as np
 
 from . import isa
 from .isa import ALL_LANES, ConfigParam
+from .quantize import QuantizedModel
 
 __all__ = ["CompileError", "Segment", "Plan", "compile_model"]
 
@@ -38,10 +39,14 @@ class CompileError(ValueError):
 
 @dataclass
 class Segment:
-    """Layers ``layers`` (indices into the model) run as one chain; for a layer too big for
-    the weight memory, ``n_tiles`` is the range of its output tiles this segment makes."""
+    """Layers ``layers`` (indices into the model) run as one chain. A layer too big for one
+    program is cut: ``n_tiles`` is the range of its output tiles this segment makes, and
+    ``k_tiles`` the range of input tiles it sums (the accumulators keep the partial sums
+    from one program to the next; only the segment of the last input tiles activates and
+    sends the result)."""
     layers: list
     n_tiles: tuple = None
+    k_tiles: tuple = None
     block: int = 0                      # input rows per program
     weights: np.ndarray = None          # (tiles, rows, cols), in the order of use
     program_length: int = 0
@@ -49,9 +54,12 @@ class Segment:
 
 @dataclass
 class Plan:
-    """Segments of a model compiled for a configuration."""
+    """A model compiled for a configuration: ``units`` run one after another; the
+    segments of a unit are the parts of one layer cut along its input tiles, whose
+    programs alternate block by block. ``segments`` lists them all."""
     cfg: object
     model: object
+    units: list = field(default_factory=list)
     segments: list = field(default_factory=list)
 
 
@@ -59,19 +67,26 @@ def _tiles(count, size):
     return -(-count // size)
 
 
-def _layer_tiles(cfg, layer, n_range=None):
-    kt = _tiles(layer.k, cfg.rows)
-    j0, j1 = n_range if n_range else (0, _tiles(layer.n, cfg.cols))
-    return kt, j0, j1
+def _layer_tiles(cfg, layer, segment):
+    """(first input tile, end, first output tile, end) of ``layer`` in ``segment``."""
+    k0, k1 = segment.k_tiles or (0, _tiles(layer.k, cfg.rows))
+    j0, j1 = segment.n_tiles or (0, _tiles(layer.n, cfg.cols))
+    return k0, k1, j0, j1
 
 
-def _weight_tiles(cfg, layer, n_range):
-    """The weight tiles of ``layer``'s output tiles ``n_range``, in the order of use."""
-    kt, j0, j1 = _layer_tiles(cfg, layer, n_range)
-    w = np.zeros((kt * cfg.rows, _tiles(layer.n, cfg.cols) * cfg.cols), np.int64)
+def _is_last_part(cfg, model, segment):
+    layer = model.layers[segment.layers[-1]]
+    return segment.k_tiles is None or segment.k_tiles[1] == _tiles(layer.k, cfg.rows)
+
+
+def _weight_tiles(cfg, layer, segment):
+    """The weight tiles of ``layer`` in ``segment``, in the order of use."""
+    k0, k1, j0, j1 = _layer_tiles(cfg, layer, segment)
+    w = np.zeros((_tiles(layer.k, cfg.rows) * cfg.rows, _tiles(layer.n, cfg.cols) * cfg.cols),
+                 np.int64)
     w[:layer.k, :layer.n] = layer.weights
     tiles = [w[i * cfg.rows:(i + 1) * cfg.rows, j * cfg.cols:(j + 1) * cfg.cols]
-             for j in range(j0, j1) for i in range(kt)]
+             for j in range(j0, j1) for i in range(k0, k1)]
     return np.array(tiles, dtype=np.int64).reshape(-1, cfg.rows, cfg.cols)
 
 
@@ -95,9 +110,10 @@ def _segment_program(cfg, model, segment, block):
     """The program of one block of ``block`` input rows (the last block may be shorter:
     its program is made with its own size)."""
     layers = [model.layers[index] for index in segment.layers]
-    shapes = [_layer_tiles(cfg, layer, segment.n_tiles) for layer in layers]
-    tiles_total = sum(kt * (j1 - j0) for kt, j0, j1 in shapes)
-    region = block * max(max(kt, j1 - j0) for kt, j0, j1 in shapes)
+    shapes = [_layer_tiles(cfg, layer, segment) for layer in layers]
+    tiles_total = sum((k1 - k0) * (j1 - j0) for k0, k1, j0, j1 in shapes)
+    region = block * max(max(k1 - k0, j1 - j0) for k0, k1, j0, j1 in shapes)
+    last_part = _is_last_part(cfg, model, segment)
     half = cfg.acc_depth // 2
     ahead = min(tiles_total, cfg.weight_fifo_tiles + 1)
     # The input arrives one tile at a time, each transfer overlapping the products of the
@@ -108,19 +124,24 @@ def _segment_program(cfg, model, segment, block):
     state = {}
     source, target = 0, region
 
-    def matmuls(kt, j, count):
+    def matmuls(k0, k1, j, count):
         nonlocal read, inputs_sent
-        for i in range(kt):
-            if inputs_sent < shapes[0][0] and inputs_sent == i + 1:
+        for i in range(k1 - k0):
+            if inputs_sent < shapes[0][1] - shapes[0][0] and inputs_sent == i + 1:
                 program.append(isa.read_host(inputs_sent * block, block))
                 inputs_sent += 1
             program.append(isa.matmul(source + i * block, (count % 2) * half, block,
-                                      accumulate=i > 0, switch=True))
+                                      accumulate=i > 0 or k0 > 0, switch=True))
             if read < tiles_total:
                 program.append(isa.read_weights(read, 1))
                 read += 1
 
-    for layer, (kt, j0, j1) in zip(layers, shapes):
+    for layer, (k0, k1, j0, j1) in zip(layers, shapes):
+        if not last_part:           # partial sums only: they stay in the accumulators
+            for count, j in enumerate(range(j0, j1)):
+                matmuls(k0, k1, j, count)
+            program.append(isa.halt())
+            return program
         program.append(isa.config(ConfigParam.ZERO_POINT, layer.output_zero_point))
         program.append(isa.config(ConfigParam.RELU, int(layer.relu)))
 
@@ -134,12 +155,12 @@ def _segment_program(cfg, model, segment, block):
             program.append(isa.activate((count % 2) * half, target + (j - j0) * block, block))
 
         for count, j in enumerate(range(j0, j1)):
-            matmuls(kt, j, count)
+            matmuls(k0, k1, j, count)
             if count > 0:
                 activate(j - 1, count - 1)
         activate(j1 - 1, j1 - j0 - 1)
         source, target = target, source
-    program.append(isa.write_host(source, block * (shapes[-1][2] - shapes[-1][1])))
+    program.append(isa.write_host(source, block * (shapes[-1][3] - shapes[-1][2])))
     program.append(isa.halt())
     return program
 
@@ -147,13 +168,15 @@ def _segment_program(cfg, model, segment, block):
 def _fits(cfg, model, segment):
     """Why ``segment`` does not fit (a message), or ``None``; sets its block size."""
     layers = [model.layers[index] for index in segment.layers]
-    shapes = [_layer_tiles(cfg, layer, segment.n_tiles) for layer in layers]
-    tiles_total = sum(kt * (j1 - j0) for kt, j0, j1 in shapes)
+    shapes = [_layer_tiles(cfg, layer, segment) for layer in layers]
+    tiles_total = sum((k1 - k0) * (j1 - j0) for k0, k1, j0, j1 in shapes)
     if tiles_total > cfg.weight_tiles:
         return (f"needs {tiles_total} weight tiles; the weight memory holds "
                 f"{cfg.weight_tiles} (Config.weight_tiles)")
-    per_row = max(max(kt, j1 - j0) for kt, j0, j1 in shapes)
+    per_row = max(max(k1 - k0, j1 - j0) for k0, k1, j0, j1 in shapes)
     block = min(cfg.ub_depth // (2 * per_row), cfg.acc_depth // 2)
+    if segment.k_tiles is not None:
+        block = min(block, cfg.acc_depth // 2 // (shapes[0][3] - shapes[0][2]))
     if block < 1:
         return (f"needs {2 * per_row} Unified Buffer rows per input row; the Unified Buffer "
                 f"has {cfg.ub_depth} (Config.ub_depth)")
@@ -163,8 +186,7 @@ def _fits(cfg, model, segment):
                 f"{cfg.program_depth} (Config.program_depth)")
     segment.block = block
     segment.program_length = length
-    segment.weights = np.concatenate([_weight_tiles(cfg, layer, segment.n_tiles)
-                                      for layer in layers])
+    segment.weights = np.concatenate([_weight_tiles(cfg, layer, segment) for layer in layers])
     return None
 
 
@@ -176,6 +198,9 @@ def _chains(previous, layer, cfg):
 def compile_model(cfg, model, *, chain=True):
     """Segments of ``model`` for configuration ``cfg``; with ``chain`` False every layer
     is a segment of its own. Raises :class:`CompileError` when a layer cannot fit."""
+    if not isinstance(model, QuantizedModel):
+        raise TypeError(f"model must be a tpuer.QuantizedModel (from tpuer.quantize), not "
+                        f"{type(model).__name__}")
     if cfg.operand_width != 8 or cfg.acc_width != 32:
         raise CompileError(f"the compiler needs int8 operands and int32 accumulators, not "
                            f"{cfg.operand_width} and {cfg.acc_width} bits")
@@ -185,33 +210,63 @@ def compile_model(cfg, model, *, chain=True):
         if chain and current is not None and _chains(model.layers[index - 1], layer, cfg):
             longer = Segment(current.layers + [index])
             if _fits(cfg, model, longer) is None:
-                plan.segments[-1] = current = longer
+                plan.units[-1] = [longer]
+                current = longer
                 continue
         whole = Segment([index])
         problem = _fits(cfg, model, whole)
         if problem is None:
-            plan.segments.append(whole)
+            plan.units.append([whole])
             current = whole
             continue
-        # Too big for one program: its output tiles in groups, the input sent to each.
-        n_tiles = _tiles(layer.n, cfg.cols)
-        groups = []
-        size = n_tiles
-        while size >= 1:
-            trial = Segment([index], (0, size))
-            if _fits(cfg, model, trial) is None:
-                break
-            size //= 2
-        if size < 1:
-            raise CompileError(f"layer {index} ({layer.kind}, {layer.k} x {layer.n}) "
-                               f"does not fit: {_fits(cfg, model, Segment([index], (0, 1)))}")
+        plan.units.extend(_split(cfg, model, index, problem))
+        current = None
+    plan.segments = [segment for unit in plan.units for segment in unit]
+    return plan
+
+
+def _split(cfg, model, index, problem):
+    """Units of a layer too big for one program: groups of its output tiles (the input
+    sent to each), and if one output tile is still too big, groups of its input tiles
+    summed in the accumulators over several programs."""
+    layer = model.layers[index]
+    n_tiles, k_tiles = _tiles(layer.n, cfg.cols), _tiles(layer.k, cfg.rows)
+    size = n_tiles
+    while size > 1 and _fits(cfg, model, Segment([index], (0, size))) is not None:
+        size //= 2
+    if _fits(cfg, model, Segment([index], (0, size))) is None:
+        units = []
         for j0 in range(0, n_tiles, size):
             part = Segment([index], (j0, min(n_tiles, j0 + size)))
-            _fits(cfg, model, part)
-            groups.append(part)
-        plan.segments.extend(groups)
-        current = None
-    return plan
+            trouble = _fits(cfg, model, part)
+            if trouble is not None:
+                raise CompileError(f"layer {index}, output tiles from {j0}: {trouble}")
+            units.append([part])
+        return units
+    def parts_of(j, size):
+        return [Segment([index], (j, j + 1), (k0, min(k_tiles, k0 + size)))
+                for k0 in range(0, k_tiles, size)]
+
+    def problem_of(parts):
+        return next((p for p in (_fits(cfg, model, part) for part in parts) if p), None)
+
+    size = k_tiles
+    while size > 1 and problem_of(parts_of(0, size)) is not None:
+        size //= 2
+    trouble = problem_of(parts_of(0, size))
+    if trouble is not None:
+        raise CompileError(f"layer {index} ({layer.kind}, {layer.k} x {layer.n}) does not "
+                           f"fit even one tile at a time: {trouble}")
+    units = []
+    for j in range(n_tiles):
+        parts = parts_of(j, size)
+        if problem_of(parts) is not None:
+            raise CompileError(f"layer {index}, output tile {j}: {problem_of(parts)}")
+        block = min(part.block for part in parts)     # one block size for all the parts
+        for part in parts:
+            part.block = block
+        units.append(parts)
+    return units
 
 
 def segment_steps(plan, segment, rows):
@@ -220,9 +275,11 @@ def segment_steps(plan, segment, rows):
     from .driver import Step
     cfg, model = plan.cfg, plan.model
     first = model.layers[segment.layers[0]]
-    kt = _tiles(first.k, cfg.rows)
-    padded = np.zeros((len(rows), kt * cfg.rows), np.int64)
+    k0, k1, _, _ = _layer_tiles(cfg, first, segment)
+    padded = np.zeros((len(rows), _tiles(first.k, cfg.rows) * cfg.rows), np.int64)
     padded[:, :first.k] = rows
+    padded = padded[:, k0 * cfg.rows:k1 * cfg.rows]
+    kt = k1 - k0
     steps = []
     for start in range(0, len(rows), segment.block):
         block = padded[start:start + segment.block]
@@ -240,7 +297,7 @@ def segment_outputs(plan, segment, steps, host_rows):
     rows its programs sent to the host."""
     cfg, model = plan.cfg, plan.model
     last = model.layers[segment.layers[-1]]
-    j0, j1 = segment.n_tiles if segment.n_tiles else (0, _tiles(last.n, cfg.cols))
+    _, _, j0, j1 = _layer_tiles(cfg, last, segment)
     items = sum(step.outputs[0][1] for step in steps)
     out = np.zeros((items, (j1 - j0) * cfg.cols), np.int64)
     for step, rows in zip(steps, host_rows):

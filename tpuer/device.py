@@ -133,10 +133,15 @@ class Device:
         programs_total = sum(-(-self._segment_items(model, seg, batch) // seg.block)
                              for seg in plan.segments)
         programs = 0
-        act, parts = x, []
-        for seg in plan.segments:
+        act, pieces = x, []
+        for unit in plan.units:
+            seg = unit[-1]
             first = model.layers[seg.layers[0]]
-            steps = segment_steps(plan, seg, first.rows_of(act))
+            rows = first.rows_of(act)
+            # The parts of a layer cut along K alternate block by block: the partial sums
+            # of a block stay in the accumulators until its last part.
+            parts = [segment_steps(plan, part, rows) for part in unit]
+            steps = [step for block in zip(*parts) for step in block]
             runs = self._backend.run(steps)
             for run in runs:
                 if run.state is not CoreState.HALTED:
@@ -150,12 +155,13 @@ class Device:
             programs += len(runs)
             if progress is not None:
                 progress(programs, programs_total)
-            columns = segment_outputs(plan, seg, steps, [run.host_out for run in runs])
+            columns = segment_outputs(plan, seg, parts[-1],
+                                      [run.host_out for run in runs[len(unit) - 1::len(unit)]])
             last = model.layers[seg.layers[-1]]
-            parts.append(columns)
-            if sum(part.shape[1] for part in parts) == last.n:
-                act = last.output_of(np.concatenate(parts, axis=1).astype(np.int8), batch)
-                parts = []
+            pieces.append(columns)
+            if sum(piece.shape[1] for piece in pieces) == last.n:
+                act = last.output_of(np.concatenate(pieces, axis=1).astype(np.int8), batch)
+                pieces = []
         self.stats = {**totals, "macs": model.macs_per_sample * batch, "programs": programs}
         return act
 
