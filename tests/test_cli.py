@@ -34,3 +34,34 @@ def test_demo_refuses_bad_sizes():
     result = tpuer("demo", "matrix-unit", "-m", "0")
     assert result.returncode != 0
     assert "-m must be between 1 and 4096, not 0" in result.stderr
+
+
+@pytest.mark.parametrize("network", ["mlp", "cnn"])
+def test_network_demo_runs_and_writes_its_pictures(network, tmp_path):
+    import os
+    env = dict(os.environ, TPUER_BUILD_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-m", "tpuer", "demo", network, "--backend",
+                             "golden", "--samples", "50"], capture_output=True, text=True,
+                            env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "equal to the reference, every output bit for bit" in out
+    for figure in ("float accuracy", "int8 reference accuracy", "cycles per inference",
+                   "MXU utilisation", "inferences per second"):
+        assert figure in out
+    assert "50/50" in result.stderr                          # the progress bar ran to the end
+    for picture in ("digits", "utilisation"):
+        png = tmp_path / "demo" / f"{network}-{picture}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_network_demo_on_verilator_equals_the_reference():
+    require_simulator("verilator")
+    result = tpuer("demo", "--samples", "80")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "equal to the reference, every output bit for bit" in result.stdout
+
+
+def test_demo_refuses_bad_arguments():
+    assert "--samples must be between 1 and 360, not 0" in tpuer("demo", "--samples", "0").stderr
+    assert "--clock-mhz must be positive" in tpuer("demo", "--clock-mhz", "0").stderr

@@ -8,6 +8,7 @@ import pytest
 import tpuer
 from tpuer import Conv2D, Dense
 from tpuer.compiler import CompileError, compile_model
+from tpuer.demo import DEMO_CONFIG
 from tpuer.digits import float_forward, load_digits, train_mlp
 from tpuer.quantize import im2col
 
@@ -193,7 +194,8 @@ def test_digits_mlp_is_bit_exact_on_the_rtl(backend):
     model = tpuer.quantize(train_mlp(digits, hidden=(32,)), digits.x_train)
     count = 12 if backend == "pysim" else 70
     x = model.quantize_input(digits.x_test[:count])
-    golden, device = tpuer.Device(SQUARE8), tpuer.Device(SQUARE8, backend=backend)
+    cfg = DEMO_CONFIG if backend != "pysim" else SQUARE8     # the demo's build, reused
+    golden, device = tpuer.Device(cfg), tpuer.Device(cfg, backend=backend)
     y = device.run(model, x)
     assert np.array_equal(y, model.reference(x))
     assert np.array_equal(golden.run(model, x), y)
