@@ -96,8 +96,10 @@ def _stamp(verilog, simulator, waves, build_args):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def build(block, cfg, simulator, *, waves=None):
-    """Generate the Verilog of ``block`` for ``cfg`` and build it for ``simulator``.
+def build(block, cfg, simulator, *, waves=None, component=None):
+    """Generate the Verilog of ``block`` for ``cfg`` (or of ``component``, a design that
+    is no block of its own, such as a testbench harness, named ``block``) and build it for
+    ``simulator``.
 
     Returns a :class:`Build`. Reuses an earlier build when nothing changed.
     """
@@ -107,7 +109,8 @@ def build(block, cfg, simulator, *, waves=None):
     waves = waves_requested() if waves is None else waves
     directory = build_root() / "sim" / simulator / f"{block}-{cfg.name}{'-waves' if waves else ''}"
     directory.mkdir(parents=True, exist_ok=True)
-    verilog = to_verilog(build_block(block, cfg), name="top")
+    verilog = to_verilog(component if component is not None else build_block(block, cfg),
+                         name="top")
     if simulator == "icarus":
         verilog = for_icarus(verilog)
     source = directory / "top.v"

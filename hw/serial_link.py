@@ -1,0 +1,258 @@
+"""The board's end of the serial host link (:mod:`tpuer.link`): request frames in, the TPU's
+command words out, reply frames with the TPU's reply words back."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import crc, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..link import (BYTE_TIMEOUT_BITS, COMMAND_QUEUE_WORDS, CRC, FLAG_NEW_SESSION,
+                    MAX_REPLY_WORDS, MAX_REQUEST_WORDS, SYNC, Kind)
+from .uart import RX_BYTE_LAYOUT
+
+__all__ = ["SerialLink"]
+
+
+class SerialLink(wiring.Component):
+    """Frames between a byte stream (a UART) and the TPU's word streams, loss-free.
+
+    A request's words are written into the command queue as they arrive but become visible
+    to ``cmd`` only when the frame's CRC has checked (a bad or cut-short frame is rolled
+    back). A request is taken only if the queue has room for all its words; otherwise the
+    reply says ``BUSY``. Each reply carries the TPU's reply words that are waiting (at most
+    :data:`~tpuer.link.MAX_REPLY_WORDS`), and is kept, so that a retransmitted request
+    (the same ``seq``) is answered with the very same reply and executes nothing.
+
+    Members
+    -------
+    rx_bytes : In(stream, always ready)
+        Bytes from the UART receiver, with their framing-error flag.
+    tx_bytes : Out(stream)
+        Bytes to the UART transmitter.
+    cmd : Out(stream.Signature(32))
+        Command words to the TPU, in order, each exactly once.
+    rsp : In(stream.Signature(32))
+        Reply words from the TPU.
+
+    Parameters
+    ----------
+    byte_timeout : int
+        Clock cycles without a byte after which a frame is cut short (a NAK is sent).
+    """
+
+    def __init__(self, *, byte_timeout):
+        if not isinstance(byte_timeout, int) or byte_timeout < 1:
+            raise ValueError(f"byte_timeout must be a positive number of cycles, not "
+                             f"{byte_timeout!r}")
+        self._byte_timeout = byte_timeout
+        super().__init__({
+            "rx_bytes": In(stream.Signature(RX_BYTE_LAYOUT, always_ready=True)),
+            "tx_bytes": Out(stream.Signature(8)),
+            "cmd": Out(stream.Signature(32)),
+            "rsp": In(stream.Signature(32)),
+        })
+
+    @staticmethod
+    def byte_timeout_for(divisor):
+        """The byte timeout for a UART of ``divisor`` cycles per bit."""
+        return BYTE_TIMEOUT_BITS * divisor
+
+    def elaborate(self, platform):
+        m = Module()
+        depth = COMMAND_QUEUE_WORDS
+        ptr_bits = (depth - 1).bit_length() + 1          # one more bit: full vs empty
+
+        # --- command queue: tentative writes, committed when the frame checks ---------
+        m.submodules.queue = queue = memory.Memory(shape=32, depth=depth, init=[])
+        q_write = queue.write_port()
+        q_read = queue.read_port()
+        head = Signal(ptr_bits)          # next word to the TPU
+        committed = Signal(ptr_bits)     # end of the words the TPU may take
+        tail = Signal(ptr_bits)          # end of the words written so far
+        head_valid = Signal()            # q_read.data holds the word at head
+        take = self.cmd.valid & self.cmd.ready
+        next_head = Mux(take, head + 1, head)
+        m.d.comb += [
+            q_read.addr.eq(next_head[:ptr_bits - 1]),
+            q_read.en.eq(1),
+            self.cmd.payload.eq(q_read.data),
+            self.cmd.valid.eq(head_valid & (head != committed)),
+        ]
+        m.d.sync += [head.eq(next_head), head_valid.eq(1)]
+        used = Signal(ptr_bits)
+        m.d.comb += used.eq(tail - head)
+
+        # --- reply buffer: the last reply's words, kept for a retransmission -----------
+        m.submodules.replies = replies = memory.Memory(shape=32, depth=MAX_REPLY_WORDS, init=[])
+        r_write = replies.write_port()
+        r_read = replies.read_port()
+
+        # --- receiving ----------------------------------------------------------------
+        m.submodules.rx_crc = rx_crc = crc.Processor(CRC(data_width=8))
+        byte = self.rx_bytes.payload.data
+        got = self.rx_bytes.valid
+        m.d.comb += [rx_crc.data.eq(byte)]
+        flags = Signal(8)
+        seq = Signal(8)
+        count = Signal(16)
+        index = Signal(16)               # words of the payload received
+        lane = Signal(2)                 # byte of the current word
+        word = Signal(24)
+        bad = Signal()                   # a framing error inside the frame
+        take_words = Signal()            # the words go into the queue
+        last_seq = Signal(8)
+        have_last = Signal()             # a reply is stored (last_seq means something)
+        timer = Signal(range(self._byte_timeout + 1))
+
+        # --- the reply being sent: the stored one, or a NAK that leaves it alone --------
+        reply_kind = Signal(8)
+        reply_seq = Signal(8)
+        nak = Signal()
+        nak_seq = Signal(8)
+        reply_count = Signal(range(MAX_REPLY_WORDS + 1))
+        sent = Signal(range(MAX_REPLY_WORDS + 1))
+        tx_lane = Signal(3)
+        m.submodules.tx_crc = tx_crc = crc.Processor(CRC(data_width=8))
+        tx_taken = self.tx_bytes.valid & self.tx_bytes.ready
+
+        def send(value, *, crc_it=True):
+            m.d.comb += [self.tx_bytes.valid.eq(1), self.tx_bytes.payload.eq(value)]
+            if crc_it:
+                m.d.comb += [tx_crc.data.eq(value), tx_crc.valid.eq(tx_taken)]
+
+        def reply(kind):
+            """Leave for sending a reply of ``kind``: a NAK, or a new stored reply, filled
+            with the TPU's waiting words first."""
+            if kind == Kind.NAK:
+                m.d.sync += [nak.eq(1), nak_seq.eq(seq)]
+                m.next = "SendSync"
+            else:
+                m.d.sync += [nak.eq(0), reply_kind.eq(kind), reply_seq.eq(seq),
+                             reply_count.eq(0), last_seq.eq(seq), have_last.eq(1)]
+                m.next = "Collect"
+
+        with m.FSM(name="link"):
+            with m.State("Hunt"):
+                with m.If(got & (byte == SYNC) & ~self.rx_bytes.payload.framing_error):
+                    m.d.comb += rx_crc.start.eq(1)
+                    m.d.sync += [bad.eq(0), timer.eq(0)]
+                    m.next = "Flags"
+
+            def receive(state_next, action=None):
+                """A header or payload byte: CRC it, note framing errors, time out."""
+                with m.If(got):
+                    m.d.comb += rx_crc.valid.eq(1)
+                    m.d.sync += [timer.eq(0),
+                                 bad.eq(bad | self.rx_bytes.payload.framing_error)]
+                    if action:
+                        action()
+                    if state_next:
+                        m.next = state_next
+                with m.Elif(timer == self._byte_timeout):
+                    m.d.sync += tail.eq(committed)
+                    reply(Kind.NAK)                  # cut short
+                with m.Else():
+                    m.d.sync += timer.eq(timer + 1)
+
+            with m.State("Flags"):
+                receive("Seq", lambda: m.d.sync.__iadd__(flags.eq(byte)))
+            with m.State("Seq"):
+                receive("CountLow", lambda: m.d.sync.__iadd__(seq.eq(byte)))
+            with m.State("CountLow"):
+                receive("CountHigh", lambda: m.d.sync.__iadd__(count[:8].eq(byte)))
+            with m.State("CountHigh"):
+                receive("Decide", lambda: m.d.sync.__iadd__(count[8:].eq(byte)))
+            with m.State("Decide"):
+                new = (flags & FLAG_NEW_SESSION).any() | ~have_last | (seq != last_seq)
+                m.d.sync += [take_words.eq(new & (used + count <= depth)), index.eq(0),
+                             lane.eq(0)]
+                with m.If(count > MAX_REQUEST_WORDS):
+                    reply(Kind.NAK)                  # unexpected frame
+                with m.Elif(count == 0):
+                    m.next = "CrcHigh"
+                with m.Else():
+                    m.next = "Payload"
+            with m.State("Payload"):
+                def payload_byte():
+                    m.d.sync += [lane.eq(lane + 1), word.eq(Cat(word[8:], byte))]
+                    with m.If(lane == 3):
+                        m.d.comb += [q_write.addr.eq(tail[:ptr_bits - 1]),
+                                     q_write.data.eq(Cat(word, byte)),
+                                     q_write.en.eq(take_words)]
+                        m.d.sync += [index.eq(index + 1), tail.eq(tail + take_words)]
+                        with m.If(index + 1 == count):
+                            m.next = "CrcHigh"
+                receive(None, payload_byte)
+            with m.State("CrcHigh"):
+                receive("CrcLow")
+            with m.State("CrcLow"):
+                receive("Check")
+            with m.State("Check"):
+                # rx_crc has taken the last byte: the whole frame checks to the residue.
+                with m.If(bad | ~rx_crc.match_detected):
+                    m.d.sync += tail.eq(committed)
+                    reply(Kind.NAK)
+                with m.Elif((flags & FLAG_NEW_SESSION).any() | ~have_last | (seq != last_seq)):
+                    with m.If(take_words):
+                        m.d.sync += committed.eq(tail)
+                        reply(Kind.ACK)
+                    with m.Else():
+                        reply(Kind.BUSY)
+                with m.Else():
+                    m.d.sync += nak.eq(0)
+                    m.next = "SendSync"                          # the stored reply again
+
+            with m.State("Collect"):
+                # The TPU's waiting reply words into the reply buffer.
+                m.d.comb += self.rsp.ready.eq(reply_count != MAX_REPLY_WORDS)
+                m.d.comb += [r_write.addr.eq(reply_count), r_write.data.eq(self.rsp.payload),
+                             r_write.en.eq(self.rsp.valid & self.rsp.ready)]
+                with m.If(self.rsp.valid & self.rsp.ready):
+                    m.d.sync += reply_count.eq(reply_count + 1)
+                with m.Else():
+                    m.next = "SendSync"
+
+            with m.State("SendSync"):
+                send(SYNC, crc_it=False)
+                m.d.comb += tx_crc.start.eq(1)
+                m.d.sync += [sent.eq(0), tx_lane.eq(0)]
+                with m.If(tx_taken):
+                    m.next = "SendKind"
+            with m.State("SendKind"):
+                send(Mux(nak, Kind.NAK, reply_kind))
+                with m.If(tx_taken):
+                    m.next = "SendSeq"
+            with m.State("SendSeq"):
+                send(Mux(nak, nak_seq, reply_seq))
+                with m.If(tx_taken):
+                    m.next = "SendCountLow"
+            with m.State("SendCountLow"):
+                send(Mux(nak, 0, reply_count))
+                with m.If(tx_taken):
+                    m.next = "SendCountHigh"
+            with m.State("SendCountHigh"):
+                send(0)
+                m.d.comb += [r_read.addr.eq(0), r_read.en.eq(1)]
+                with m.If(tx_taken):
+                    with m.If(nak | (reply_count == 0)):
+                        m.next = "SendCrcHigh"
+                    with m.Else():
+                        m.next = "SendWords"
+            with m.State("SendWords"):
+                send(r_read.data.word_select(tx_lane[:2], 8))
+                m.d.comb += [r_read.addr.eq(sent), r_read.en.eq(0)]
+                with m.If(tx_taken):
+                    m.d.sync += tx_lane.eq(tx_lane + 1)
+                    with m.If(tx_lane == 3):
+                        m.d.sync += [tx_lane.eq(0), sent.eq(sent + 1)]
+                        m.d.comb += [r_read.addr.eq(sent + 1), r_read.en.eq(1)]
+                        with m.If(sent + 1 == reply_count):
+                            m.next = "SendCrcHigh"
+            with m.State("SendCrcHigh"):
+                send(tx_crc.crc[8:], crc_it=False)
+                with m.If(tx_taken):
+                    m.next = "SendCrcLow"
+            with m.State("SendCrcLow"):
+                send(tx_crc.crc[:8], crc_it=False)
+                with m.If(tx_taken):
+                    m.next = "Hunt"
+        return m

@@ -1,0 +1,41 @@
+"""The TPU behind a UART: the board's top-level logic, two pins."""
+
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .serial_link import SerialLink
+from .tpu import TPU
+from .uart import UARTReceiver, UARTTransmitter, check_divisor
+
+__all__ = ["SerialTPU"]
+
+
+class SerialTPU(wiring.Component):
+    """:class:`~tpuer.hw.tpu.TPU` behind :class:`~tpuer.hw.serial_link.SerialLink` and a
+    UART of ``divisor`` clock cycles per bit: ``rx`` and ``tx`` are the board's serial
+    pins. The very same logic goes into every bitstream and into the simulated board."""
+
+    def __init__(self, cfg, *, divisor):
+        self._cfg = cfg
+        self._divisor = check_divisor(divisor)
+        super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1)})
+
+    @property
+    def divisor(self):
+        return self._divisor
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.receiver = receiver = UARTReceiver(self._divisor)
+        m.submodules.transmitter = transmitter = UARTTransmitter(self._divisor)
+        m.submodules.link = link = SerialLink(
+            byte_timeout=SerialLink.byte_timeout_for(self._divisor))
+        m.submodules.tpu = tpu = TPU(self._cfg)
+        wiring.connect(m, receiver.bytes, link.rx_bytes)
+        wiring.connect(m, link.tx_bytes, transmitter.bytes)
+        wiring.connect(m, link.cmd, tpu.cmd)
+        wiring.connect(m, tpu.rsp, link.rsp)
+        m.d.comb += [receiver.rx.eq(self.rx), self.tx.eq(transmitter.tx),
+                     transmitter.break_stop.eq(0)]
+        return m

@@ -1,0 +1,176 @@
+"""The serial host link: the UART, the frame format, the host's driver against a board that
+loses and garbles frames, and the TPU behind its UART on amaranth.sim, Verilator and
+Icarus."""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module
+from amaranth.sim import Simulator
+
+import tpuer
+from tpuer.hw.uart import UARTReceiver, UARTTransmitter
+from tpuer.link import (MAX_REPLY_WORDS, MAX_REQUEST_WORDS, FrameParser, Kind, LinkError,
+                        SerialLink, crc16, encode_reply, encode_request)
+from tpuer.sim import cocotb_backend as backend
+from tpuer.tb.board_harness import BoardHarness
+from tpuer.tb.board_tb import BENCHES, SIM_DIVISOR
+from tpuer.tb.pysim import run_pysim
+
+from conftest import require_simulator, seed
+
+BOARD_CONFIG = tpuer.Config(rows=2, cols=2, ub_depth=8, acc_depth=8, weight_tiles=4,
+                            program_depth=128)
+
+
+@pytest.mark.parametrize("divisor", [4, 7])
+def test_uart_carries_every_byte_and_flags_a_missing_stop_bit(divisor):
+    m = Module()
+    m.submodules.tx = tx = UARTTransmitter(divisor)
+    m.submodules.rx = rx = UARTReceiver(divisor)
+    m.d.comb += rx.rx.eq(tx.tx)
+    rng = random.Random(divisor)
+    sent = [(rng.randrange(256), rng.random() < 0.2) for _ in range(40)]
+    got = []
+
+    async def bench(ctx):
+        for value, broken in sent:
+            ctx.set(tx.bytes.payload, value)
+            ctx.set(tx.break_stop, broken)
+            ctx.set(tx.bytes.valid, 1)
+            while not ctx.get(tx.bytes.ready):
+                await ctx.tick()
+            await ctx.tick()
+            ctx.set(tx.bytes.valid, 0)
+            if broken:          # let the line rest, as a host would after a break
+                for _ in range(2 * divisor):
+                    await ctx.tick()
+        for _ in range(12 * divisor):
+            await ctx.tick()
+
+    async def monitor(ctx):
+        async for _, _, valid, value, error in ctx.tick().sample(
+                rx.bytes.valid, rx.bytes.payload.data, rx.bytes.payload.framing_error):
+            if valid:
+                got.append((value, bool(error)))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.add_process(monitor)
+    sim.run()
+    assert got == sent
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
+def test_uart_refuses_a_divisor_below_four():
+    with pytest.raises(ValueError, match="at least 4 clock cycles per bit, not 3"):
+        UARTTransmitter(3)
+
+
+def test_frames_round_trip_and_a_flipped_bit_fails_the_crc():
+    assert crc16(b"123456789") == 0x31C3             # CRC-16/XMODEM check value
+    words = [0, 0xFFFFFFFF, 0x12345678]
+    frame = encode_request(5, words, new_session=True)
+    parser = FrameParser(MAX_REQUEST_WORDS)
+    [parsed] = parser.feed(b"\x00\x13garbage" + frame)
+    assert (parsed.first, parsed.seq, parsed.words, parsed.ok) == (1, 5, words, True)
+    for position in range(1, len(frame)):
+        broken = bytearray(frame)
+        broken[position] ^= 0x10
+        frames = FrameParser(MAX_REQUEST_WORDS).feed(bytes(broken))
+        assert not any(f.ok for f in frames), position
+    with pytest.raises(ValueError, match="at most 256 words"):
+        encode_request(0, [0] * (MAX_REQUEST_WORDS + 1))
+
+
+class LossyBoard:
+    """A board by the link's rules (:mod:`tpuer.link`), behind a line that drops, garbles
+    and duplicates bytes; a stand-in for a serial port."""
+
+    def __init__(self, rng, *, flip=0.0, drop=0.0, duplicate=0.0, silent=False):
+        self.rng = rng
+        self.flip, self.drop, self.duplicate, self.silent = flip, drop, duplicate, silent
+        self.parser = FrameParser(MAX_REQUEST_WORDS)
+        self.executed = []
+        self.pending = []               # TPU reply words waiting
+        self.last = None                # (seq, reply bytes)
+        self.outgoing = bytearray()
+        self.queue_room = 10**9
+
+    def _line(self, data):
+        out = bytearray()
+        for byte in data:
+            if self.rng.random() < self.drop:
+                continue
+            if self.rng.random() < self.flip:
+                byte ^= 1 << self.rng.randrange(8)
+            out.append(byte)
+            if self.rng.random() < self.duplicate:
+                out.append(byte)
+        return bytes(out)
+
+    def write(self, data):
+        if self.silent:
+            return
+        for frame in self.parser.feed(self._line(data)):
+            if not frame.ok:
+                reply = encode_reply(Kind.NAK, frame.seq)
+            elif self.last and frame.seq == self.last[0] and not frame.first & 1:
+                reply = self.last[1]
+            else:
+                kind = Kind.ACK if len(frame.words) <= self.queue_room else Kind.BUSY
+                if kind == Kind.ACK:
+                    self.executed.extend(frame.words)
+                    self.pending.extend(w ^ 0xFFFF for w in frame.words)   # an "answer"
+                words, self.pending = self.pending[:MAX_REPLY_WORDS], self.pending[MAX_REPLY_WORDS:]
+                reply = encode_reply(kind, frame.seq, words)
+                self.last = (frame.seq, reply)
+            self.outgoing += self._line(reply)
+
+    def read(self, size):
+        data, self.outgoing = bytes(self.outgoing[:size]), self.outgoing[size:]
+        return data
+
+
+@pytest.mark.parametrize("faults", [{}, {"flip": 0.001}, {"drop": 0.001},
+                                    {"duplicate": 0.001},
+                                    {"flip": 0.0005, "drop": 0.0005, "duplicate": 0.0005}])
+def test_driver_delivers_every_word_exactly_once_over_a_bad_line(faults):
+    board = LossyBoard(random.Random(str(faults)), **faults)
+    link = SerialLink(board, name="test board", timeout=0.01, attempts=50)
+    words = list(range(3000))
+    link.send(words)
+    while len(link.replies) < len(words):
+        link.poll()
+    assert board.executed == words
+    assert link.replies == [w ^ 0xFFFF for w in words]
+    if faults:
+        assert link.retries > 0
+
+
+def test_driver_names_the_port_when_the_board_is_silent():
+    link = SerialLink(LossyBoard(random.Random(0), silent=True), name="/dev/ttyUSB7",
+                      timeout=0.01, attempts=3)
+    with pytest.raises(LinkError, match="no good reply from /dev/ttyUSB7 after 3 attempts"):
+        link.send([1, 2, 3])
+
+
+def test_board_link_rules_on_pysim():
+    run_pysim(BoardHarness(BOARD_CONFIG, divisor=SIM_DIVISOR), BENCHES["link_rules"],
+              BOARD_CONFIG, np.random.default_rng(seed()))
+
+
+@pytest.mark.parametrize("simulator, benches", [
+    ("verilator", None), ("icarus", "program")])
+def test_board_behind_its_uart_on_simulator(simulator, benches):
+    """The TPU behind its UART, bit by bit on the line: the link's rules, a whole program,
+    and (on Verilator) a full command queue."""
+    require_simulator(simulator)
+    built = backend.build("board", BOARD_CONFIG, simulator,
+                          component=BoardHarness(BOARD_CONFIG, divisor=SIM_DIVISOR))
+    if benches is None:
+        assert backend.run(built, seed=seed()) == len(BENCHES)
+    else:
+        assert backend.run(built, seed=seed(), testcase=f"board_{benches}") == 1
