@@ -11,7 +11,7 @@ from .isa_model import CoreModel
 
 __all__ = ["BACKENDS", "make_backend"]
 
-BACKENDS = ("golden", "pysim", "verilator", "icarus")
+BACKENDS = ("golden", "pysim", "verilator", "icarus", "serial")
 
 
 class GoldenBackend:
@@ -84,7 +84,12 @@ class CocotbBackend:
             return pickle.loads(job_out.read_bytes())
 
 
-def make_backend(name, cfg):
+def make_backend(name, cfg, **options):
+    if options and name != "serial":
+        raise ValueError(f"the {name} back end takes no options, not {', '.join(options)}")
+    if name == "serial":
+        from .serial_backend import SerialBackend
+        return SerialBackend(cfg, **options)
     if name == "golden":
         return GoldenBackend(cfg)
     if name == "pysim":

@@ -133,6 +133,10 @@ class LossyBoard:
         data, self.outgoing = bytes(self.outgoing[:size]), self.outgoing[size:]
         return data
 
+    @property
+    def in_waiting(self):
+        return len(self.outgoing)
+
 
 @pytest.mark.parametrize("faults", [{}, {"flip": 0.001}, {"drop": 0.001},
                                     {"duplicate": 0.001},
@@ -174,3 +178,52 @@ def test_board_behind_its_uart_on_simulator(simulator, benches):
         assert backend.run(built, seed=seed()) == len(BENCHES)
     else:
         assert backend.run(built, seed=seed(), testcase=f"board_{benches}") == 1
+
+
+SERIAL_CONFIG = tpuer.Config(rows=4, cols=4, ub_depth=64, acc_depth=32, weight_tiles=160,
+                             program_depth=256)
+
+
+def _digits_model():
+    from tpuer.digits import load_digits, train_mlp
+    digits = load_digits()
+    return tpuer.quantize(train_mlp(digits, hidden=(32,)), digits.x_train), digits
+
+
+@pytest.mark.parametrize("faults", [None, {"flip": 3e-4, "drop": 2e-4, "duplicate": 2e-4,
+                                           "break_stop": 2e-4, "pause": 2e-4, "seed": 5}],
+                         ids=["clean line", "faulty line"])
+def test_device_drives_the_simulated_board_through_a_terminal(faults):
+    """The board's RTL on Verilator behind a pseudo-terminal, driven by the serial back
+    end exactly as a real board: matrix products and the digits MLP must be exact, on a
+    clean line and on one that flips, drops and doubles bytes, breaks stop bits and
+    pauses; the retransmissions are counted."""
+    require_simulator("verilator")
+    from tpuer.sim.board_sim import SimulatedBoard
+    rng = np.random.default_rng(seed())
+    model, digits = _digits_model()
+    x = model.quantize_input(digits.x_test[:12])
+    retries = 0
+    with SimulatedBoard(SERIAL_CONFIG, faults=faults) as board:
+        device = tpuer.Device(SERIAL_CONFIG, backend="serial", port=board.port, timeout=2.0)
+        for m, k, n in [(3, 5, 6), (18, 9, 7)]:
+            a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+            b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+            assert np.array_equal(device.matmul(a, b), a.astype(np.int64) @ b)
+            retries += device.stats["link_retries"]
+        assert np.array_equal(device.run(model, x), model.reference(x))
+        retries += device.stats["link_retries"]
+    if faults:
+        assert sum(board.faults_injected.values()) > 0
+        assert retries > 0
+    else:
+        assert retries == 0 and board.faults_injected == {}
+
+
+def test_serial_backend_refuses_a_missing_port():
+    with pytest.raises(ValueError, match="needs port="):
+        tpuer.Device(SERIAL_CONFIG, backend="serial")
+    with pytest.raises(LinkError, match="cannot open /dev/no-such-board"):
+        tpuer.Device(SERIAL_CONFIG, backend="serial", port="/dev/no-such-board")
+    with pytest.raises(ValueError, match="takes no options"):
+        tpuer.Device(SERIAL_CONFIG, backend="golden", port="/dev/ttyUSB0")

@@ -52,14 +52,16 @@ class Device:
     * ``"golden"``: the ISA-level NumPy model, timed by its cycle model (fast; the same
       results and the same counters as the RTL);
     * ``"pysim"``: the RTL in amaranth.sim;
-    * ``"verilator"``, ``"icarus"``: the RTL's Verilog, through cocotb.
+    * ``"verilator"``, ``"icarus"``: the RTL's Verilog, through cocotb;
+    * ``"serial"``: a TPU on a board, over its serial port: ``port=`` (for example
+      ``/dev/ttyUSB1``, or the pseudo-terminal of a simulated board) and ``baud=``.
 
     After each call, :attr:`stats` holds ``cycles``, ``mxu_busy_cycles``,
     ``weight_stall_cycles``, ``macs`` (useful multiply-accumulates), ``instructions`` and
     ``programs`` of that call.
     """
 
-    def __init__(self, config=None, backend="golden"):
+    def __init__(self, config=None, backend="golden", **options):
         from .sim.core_backends import BACKENDS, make_backend
         config = Config() if config is None else config
         if not isinstance(config, Config):
@@ -71,7 +73,7 @@ class Device:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         self.config = config
         self.backend = backend
-        self._backend = make_backend(backend, config)
+        self._backend = make_backend(backend, config, **options)
         self.stats = {}
 
     def run_program(self, program, *, weights=None, host_in=None):
@@ -109,10 +111,10 @@ class Device:
                              f"host_in has {len(host_in)}: the core would wait for them")
         step = Step(program, weights.astype(np.int64), list(host_in.astype(np.int64)))
         run = self._backend.run([step])[0]
-        self.stats = {"cycles": run.cycles, "mxu_busy_cycles": run.mxu_busy_cycles,
-                      "weight_stall_cycles": run.weight_stall_cycles,
-                      "macs": run.mxu_busy_cycles * cfg.rows * cfg.cols,
-                      "instructions": run.instructions, "programs": 1}
+        self._set_stats({"cycles": run.cycles, "mxu_busy_cycles": run.mxu_busy_cycles,
+                         "weight_stall_cycles": run.weight_stall_cycles,
+                         "macs": run.mxu_busy_cycles * cfg.rows * cfg.cols,
+                         "instructions": run.instructions, "programs": 1})
         rows = np.zeros((len(run.host_out), cfg.ub_lanes), dtype=np.int64)
         for index, row in enumerate(run.host_out):
             rows[index, :len(row)] = row
@@ -162,8 +164,17 @@ class Device:
             if sum(piece.shape[1] for piece in pieces) == last.n:
                 act = last.output_of(np.concatenate(pieces, axis=1).astype(np.int8), batch)
                 pieces = []
-        self.stats = {**totals, "macs": model.macs_per_sample * batch, "programs": programs}
+        self._set_stats({**totals, "macs": model.macs_per_sample * batch, "programs": programs})
         return act
+
+    def _set_stats(self, stats):
+        """Keep ``stats``; a back end with a serial link adds the retransmissions it
+        needed since the last call (``link_retries``)."""
+        retries = getattr(self._backend, "retries", None)
+        if retries is not None:
+            stats["link_retries"] = retries - getattr(self, "_retries_seen", 0)
+            self._retries_seen = retries
+        self.stats = stats
 
     @staticmethod
     def _segment_items(model, segment, batch):
@@ -193,12 +204,12 @@ class Device:
             values = [getattr(run, name) for run in runs]
             return None if any(v is None for v in values) else int(sum(values))
 
-        self.stats = {
+        self._set_stats({
             "cycles": total("cycles"),
             "mxu_busy_cycles": total("mxu_busy_cycles"),
             "weight_stall_cycles": total("weight_stall_cycles"),
             "macs": int(a.shape[0] * a.shape[1] * b.shape[1]),
             "instructions": total("instructions"),
             "programs": len(runs),
-        }
+        })
         return result

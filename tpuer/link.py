@@ -121,8 +121,9 @@ class LinkError(RuntimeError):
 
 class SerialLink:
     """The host's end: sends words in requests, retries until each is taken exactly once,
-    and collects the TPU's reply words. ``port`` is a pyserial-like object (``write``,
-    ``read``, ``reset_input_buffer``); ``name`` is for messages.
+    and collects the TPU's reply words. ``port`` is a pyserial-like object (``write``;
+    ``read`` that returns after a short timeout; ``in_waiting``); ``name`` is for
+    messages.
 
     ``retries`` counts every request sent again (after a NAK, a corrupted or missing reply)
     and ``busy`` every request the board refused for want of room.
@@ -151,8 +152,8 @@ class SerialLink:
             if attempt:
                 self.retries += 1
             self.port.write(request)
-            reply = self._await_reply()
-            if reply is None or not reply.ok or reply.first == Kind.NAK or reply.seq != self.seq:
+            reply = self._await_reply(self.seq)
+            if reply is None or not reply.ok or reply.first == Kind.NAK:
                 continue
             self.replies.extend(reply.words)
             self.seq = (self.seq + 1) & 0xFF
@@ -165,15 +166,21 @@ class SerialLink:
                         f"({self.timeout} s each): is the board connected, programmed and "
                         f"set to the same baud rate?")
 
-    def _await_reply(self):
+    def _await_reply(self, seq):
+        """The reply to request ``seq``, a NAK or a garbled frame (either means: send it
+        again), or ``None`` after the timeout. A good reply to an earlier request (the
+        answer to a retransmission that was not needed after all) is skipped."""
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            data = self.port.read(4096)
-            if data:
-                frames = self._parser.feed(data)
-                if frames:
-                    self._parser.buffer.clear()   # one reply per request
-                    return frames[0]
+            data = self.port.read(1)          # returns as soon as a byte is there
+            waiting = getattr(self.port, "in_waiting", 0)
+            if data and waiting:
+                data += self.port.read(waiting)
+            for frame in self._parser.feed(data) if data else ():
+                if frame.ok and frame.first != Kind.NAK and frame.seq != seq:
+                    continue
+                self._parser.buffer.clear()
+                return frame
         return None
 
     def start_session(self):
