@@ -76,6 +76,21 @@ class Host:
         return frame
 
 
+    async def until_stopped(self, seq, replies, max_polls=400):
+        """Send STATUS (requests from ``seq`` on) until the core has stopped; returns the
+        last status and the rows in ``replies`` plus what came meanwhile."""
+        for _ in range(max_polls):
+            frame = await self.exchange(seq, encode.status())
+            seq = (seq + 1) & 0xFF
+            replies += frame.words
+            statuses, _ = _statuses(replies)
+            if statuses and statuses[-1]["state"] is not CoreState.RUNNING:
+                decoded, _ = decode_replies(replies)
+                return statuses[-1], [value for kind, value in decoded if kind == "row"]
+        raise TestbenchError(f"[{self.io.simulator} board {self.cfg.name}] the core still "
+                             f"runs after {max_polls} polls")
+
+
 def _statuses(words):
     replies, rest = decode_replies(words)
     return [value for kind, value in replies if kind == "status"], rest
@@ -179,18 +194,10 @@ async def bench_program(io, cfg, rng):
                                     new_session=seq == 0)
         replies += frame.words
         seq += 1
-    for _ in range(50):
-        frame = await host.exchange(seq, encode.status())
-        seq += 1
-        replies += frame.words
-        statuses, _ = _statuses(replies)
-        if statuses and statuses[-1]["state"] is not CoreState.RUNNING:
-            break
-    decoded, _ = decode_replies(replies)
-    got_rows = [value for kind, value in decoded if kind == "row"]
+    status, got_rows = await host.until_stopped(seq, replies)
     where = f"[{io.simulator} board {cfg.name}] program over the link"
-    if statuses[-1]["state"] is not CoreState.HALTED or len(got_rows) != len(want.host_out):
-        raise TestbenchError(f"{where}: {statuses[-1]}, {len(got_rows)} rows")
+    if status["state"] is not CoreState.HALTED or len(got_rows) != len(want.host_out):
+        raise TestbenchError(f"{where}: {status}, {len(got_rows)} rows")
     for got, expected in zip(got_rows, want.host_out):
         if not np.array_equal(got[:len(expected)], expected):
             raise TestbenchError(f"{where}: row {got.tolist()}, expected {expected.tolist()}")
@@ -229,19 +236,11 @@ async def bench_busy(io, cfg, rng):
                 raise TestbenchError(f"{where}: BUSY for ever")
             continue
         position += len(chunk)
-    for _ in range(400):
-        frame = await host.exchange(seq, encode.status())
-        seq = (seq + 1) & 0xFF
-        replies += frame.words
-        statuses, _ = _statuses(replies)
-        if statuses and statuses[-1]["state"] is not CoreState.RUNNING:
-            break
-    decoded, _ = decode_replies(replies)
-    got = [value for kind, value in decoded if kind == "row"]
+    status, got = await host.until_stopped(seq, replies)
     if busy == 0:
         raise TestbenchError(f"{where}: the queue never filled ({len(words)} words)")
-    if statuses[-1]["state"] is not CoreState.HALTED or len(got) != 2 * depth:
-        raise TestbenchError(f"{where}: {statuses[-1]}, {len(got)} rows back")
+    if status["state"] is not CoreState.HALTED or len(got) != 2 * depth:
+        raise TestbenchError(f"{where}: {status}, {len(got)} rows back")
     for got_row, sent in zip(got[depth:], rows[-depth:]):
         if not np.array_equal(got_row, sent):
             raise TestbenchError(f"{where}: the last rows came back as {got_row.tolist()}, "
