@@ -93,7 +93,14 @@ def build_board(name, *, rows=None, cols=None, build_dir=None, program=False, sa
         products = plan.execute_local(str(build_dir))
     except subprocess.CalledProcessError as error:
         log = build_dir / "tpuer.tim"
-        tail = log.read_text().splitlines()[-15:] if log.exists() else []
+        text = log.read_text() if log.exists() else ""
+        over = [f"{name}: {used:,} needed, {total:,} on the device"
+                for name, (used, total) in parse_nextpnr_log(text, board.family)
+                ["resources"].items() if used > total]
+        if over:
+            raise BuildError(f"{board.description} is too small for the TPU {cfg.name}: " +
+                             "; ".join(over) + f" (log: {log})") from None
+        tail = text.splitlines()[-15:]
         raise BuildError(f"the toolchain failed ({error}); the end of the nextpnr log:\n" +
                          "\n".join(tail)) from None
     finally:
