@@ -27,13 +27,14 @@ class BoardTop(Elaboratable):
         if board.family == "ice40":
             setting = ice40_pll(oscillator, board.clock_mhz)
             pin = platform.request(platform.default_clk, dir="-")
-            domain = add_pll_domain(m, setting, pin.io)
+            add_pll_domain(m, setting, pin.io)
         else:
             setting = ecp5_pll(oscillator, board.clock_mhz)
             pin = platform.request(platform.default_clk, dir="-")
             m.submodules.clock_in = clock_in = io.Buffer("i", pin)
-            domain = add_pll_domain(m, setting, clock_in.i)
-        platform.add_clock_constraint(domain.clk, setting.output_mhz * 1e6)
+            add_pll_domain(m, setting, clock_in.i)
+        # No constraint on the PLL's output: nextpnr derives it from the oscillator's (the
+        # board file constrains that pin) and the PLL's dividers.
 
         uart = platform.request("uart", 0, dir={io_.name: "-" for io_ in
                                                 platform.lookup("uart", 0).ios})
