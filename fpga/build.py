@@ -88,21 +88,12 @@ def build_board(name, *, rows=None, cols=None, build_dir=None, program=False, sa
     started = time.perf_counter()
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    failure, products = None, None
     try:
         plan = platform.prepare(BoardTop(board, cfg), name="tpuer")
         products = plan.execute_local(str(build_dir))
     except subprocess.CalledProcessError as error:
-        log = build_dir / "tpuer.tim"
-        text = log.read_text() if log.exists() else ""
-        over = [f"{name}: {used:,} needed, {total:,} on the device"
-                for name, (used, total) in parse_nextpnr_log(text, board.family)
-                ["resources"].items() if used > total]
-        if over:
-            raise BuildError(f"{board.description} is too small for the TPU {cfg.name}: " +
-                             "; ".join(over) + f" (log: {log})") from None
-        tail = text.splitlines()[-15:]
-        raise BuildError(f"the toolchain failed ({error}); the end of the nextpnr log:\n" +
-                         "\n".join(tail)) from None
+        failure = error
     finally:
         for key, value in saved.items():
             if value is None:
@@ -110,23 +101,36 @@ def build_board(name, *, rows=None, cols=None, build_dir=None, program=False, sa
             else:
                 os.environ[key] = value
     seconds = time.perf_counter() - started
-    parsed = parse_nextpnr_log((build_dir / "tpuer.tim").read_text(), board.family)
+    log = build_dir / "tpuer.tim"
+    text = log.read_text() if log.exists() else ""
+    parsed = parse_nextpnr_log(text, board.family)
+    over = [f"{kind}: {used:,} needed, {total:,} on the device"
+            for kind, (used, total) in parsed["resources"].items() if used > total]
+    if over:
+        raise BuildError(f"{board.description} is too small for the TPU {cfg.name}: " +
+                         "; ".join(over) + f" (log: {log})")
     fmax = min(mhz for mhz, _ in parsed["fmax"].values()) if parsed["fmax"] else None
+    if failure is not None and fmax is None:
+        tail = text.splitlines()[-15:]
+        raise BuildError(f"the toolchain failed ({failure}); the end of the nextpnr log:\n" +
+                         "\n".join(tail))
     report = {
         "board": name, "description": board.description, "config": cfg.name,
         "rows": cfg.rows, "cols": cfg.cols, "clock_target_mhz": board.clock_mhz,
         "fmax_mhz": fmax, "build_seconds": round(seconds, 1),
         "resources": {k: {"used": u, "total": t} for k, (u, t) in parsed["resources"].items()},
-        "bitstream": str(build_dir / ("tpuer.bin" if board.family == "ice40" else "tpuer.bit")),
+        "bitstream": None if failure else
+        str(build_dir / ("tpuer.bin" if board.family == "ice40" else "tpuer.bit")),
     }
     (build_dir / "report.json").write_text(json.dumps(report, indent=2))
     (build_dir / "report.md").write_text(report_table([report]))
     say(report_table([report]))
     if fmax is None:
-        raise BuildError(f"nextpnr reported no Fmax for {name}; see {build_dir / 'tpuer.tim'}")
-    if fmax < board.clock_mhz:
+        raise BuildError(f"nextpnr reported no Fmax for {name}; see {log}")
+    if fmax < board.clock_mhz or failure is not None:
         raise BuildError(f"{name}: the design reaches {fmax:.1f} MHz and misses its clock "
-                         f"target of {board.clock_mhz:g} MHz (report: {build_dir / 'report.md'})")
+                         f"target of {board.clock_mhz:g} MHz, so no bitstream was written "
+                         f"(report: {build_dir / 'report.md'})")
     if program:
         program_board(name, build_dir, products=products, say=say)
     return report

@@ -4,6 +4,7 @@ from amaranth.hdl import Module, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .activation_issuer import ActivationIssuer
 from .datapath import Datapath
 from .host_dma import DMA_REQUEST_LAYOUT, HostDMA
 from .sequencer import STATUS_SHAPES, Sequencer, control_shapes
@@ -55,8 +56,10 @@ class Core(wiring.Component):
         m.submodules.weight_reader = reader = WeightReader(cfg)
         m.submodules.host_dma = dma = HostDMA(cfg)
 
-        for name in ("matmul", "activate"):
-            wiring.connect(m, getattr(seq, name), getattr(dp, name))
+        m.submodules.activation_issuer = issuer = ActivationIssuer(cfg)
+        wiring.connect(m, seq.matmul, dp.matmul)
+        wiring.connect(m, seq.activate_request, issuer.request)
+        wiring.connect(m, issuer.activate, dp.activate)
         for name in ("host_write", "host_read", "host_acc_read"):
             wiring.connect(m, getattr(dma, name), getattr(dp, name))
         wiring.connect(m, dp.host_data, dma.host_data)
@@ -79,7 +82,11 @@ class Core(wiring.Component):
             seq.weight_reader_busy.eq(reader.busy),
             seq.matmul_busy.eq(dp.matmul_busy),
             seq.acc_bank_busy.eq(dp.acc_bank_busy),
-            seq.activate_busy.eq(dp.activate_busy),
+            seq.activate_busy.eq(dp.activate_busy | issuer.busy),
+            issuer.draining.eq(dp.activate_busy),
+            seq.issuer_busy.eq(issuer.busy),
+            seq.issuer_acc_low.eq(issuer.acc_low), seq.issuer_acc_high.eq(issuer.acc_high),
+            seq.issuer_ub_low.eq(issuer.ub_low), seq.issuer_ub_high.eq(issuer.ub_high),
             seq.weight_stall.eq(dp.weight_stall),
             seq.vector_issued.eq(dp.vector_issued),
             seq.dma_busy.eq(dma.busy),

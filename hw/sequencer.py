@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from ..isa import (ALL_LANES, INSTRUCTION_BITS, INSTRUCTION_LAYOUT, ConfigParam, CoreState,
                    ErrorCode, MatmulFlag, Opcode, WriteHostFlag)
 from .activation import ActivationUnit
+from .activation_issuer import ACTIVATE_REQUEST_LAYOUT
 from .datapath import command_layouts
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
 
@@ -35,11 +36,14 @@ class Sequencer(wiring.Component):
     core never writes outside a memory and never waits for a weight tile that no
     READ_WEIGHTS asked for. Hazards are kept in hardware, conservatively: ACTIVATE and
     WRITE_HOST of accumulators wait until every issued matrix row bound for the same half of
-    the accumulator memory has been written; MATMUL, READ_HOST, WRITE_HOST and CONFIG wait
-    until every activated row has been written; MATMUL and ACTIVATE wait while the host DMA
-    engine moves rows they read or write; SYNC and HALT wait for everything, weight reads
-    and host transfers included. READ_HOST and WRITE_HOST retire once the DMA engine takes
-    them, so host transfers overlap products. MATMUL rows stream one per cycle and
+    the accumulator memory has been written; READ_HOST, WRITE_HOST and CONFIG wait until
+    every activated row has been written; MATMUL waits while an activation still has to read
+    its accumulator rows or write UB rows it reads; MATMUL and ACTIVATE wait while the host
+    DMA engine moves rows they read or write; SYNC and HALT wait for everything, weight
+    reads and host transfers included. READ_HOST and WRITE_HOST retire once the DMA engine
+    takes them, and ACTIVATE once the activation issuer
+    (:class:`~tpuer.hw.activation_issuer.ActivationIssuer`) does, so host transfers and
+    requantisation overlap products. MATMUL rows stream one per cycle and
     consecutive instructions follow without a gap: the next instruction is fetched in the
     last cycle of the current one.
 
@@ -58,7 +62,7 @@ class Sequencer(wiring.Component):
     cycles, mxu_busy_cycles, weight_stall_cycles, instructions : Out(32)
         Performance counters of the last run: cycles running, cycles a vector entered the
         matrix unit, cycles a vector waited for its weight tile, instructions retired.
-    matmul, activate, params : Out
+    matmul, activate_request, params : Out
         Commands to the datapath (see :class:`Datapath`).
     dma_request : Out(stream)
         READ_HOST and WRITE_HOST, handed to the host DMA engine
@@ -67,7 +71,9 @@ class Sequencer(wiring.Component):
     weight_request : Out(stream)
         READ_WEIGHTS requests to the weight reader; ``weight_reader_busy`` In.
     matmul_busy, activate_busy, weight_stall, vector_issued : In
-        The datapath's status.
+        The datapath's status (``activate_busy`` includes the activation issuer).
+    issuer_busy, issuer_acc_low, issuer_acc_high, issuer_ub_low, issuer_ub_high : In
+        The ACTIVATE under way in the activation issuer, for the hazard checks.
     """
 
     def __init__(self, cfg):
@@ -77,7 +83,10 @@ class Sequencer(wiring.Component):
             **{name: In(shape) for name, shape in control_shapes(cfg).items()},
             **{name: Out(shape) for name, shape in STATUS_SHAPES.items()},
             "matmul": Out(stream.Signature(layouts["matmul"])),
-            "activate": Out(stream.Signature(layouts["activate"])),
+            "activate_request": Out(stream.Signature(ACTIVATE_REQUEST_LAYOUT)),
+            "issuer_busy": In(1),
+            "issuer_acc_low": In(17), "issuer_acc_high": In(17),
+            "issuer_ub_low": In(17), "issuer_ub_high": In(17),
             # After reset: multiplier ~1.0 (2**31 - 1), everything else 0, as in the model.
             "params": Out(ActivationUnit.params_layout_for(cfg),
                           init={"multiplier": [(1 << 31) - 1] * cfg.cols}),
@@ -197,6 +206,14 @@ class Sequencer(wiring.Component):
         kind = self.dma_kind
         dma_blocks_matmul = (((kind == DMA_READ_HOST) & dma_overlaps(a)) |       # RAW, UB
                              ((kind == DMA_WRITE_ACC) & dma_overlaps(b)))        # WAR, acc
+        def overlaps(start, low, high):
+            return (low < start + n) & (start < high)
+
+        # An activation under way still reads accumulator rows (until the issuer is done)
+        # and writes UB rows (until the activation unit is empty).
+        activation_blocks_matmul = (
+            (self.activate_busy & overlaps(a, self.issuer_ub_low, self.issuer_ub_high)) |
+            (self.issuer_busy & overlaps(b, self.issuer_acc_low, self.issuer_acc_high)))
         dma_blocks_activate = (((kind == DMA_READ_HOST) | (kind == DMA_WRITE_UB)) &
                                dma_overlaps(b))                                 # WAW/WAR, UB
         last_step = step + 1 == n
@@ -288,7 +305,7 @@ class Sequencer(wiring.Component):
                         m.d.sync += tiles.eq(tiles + n)
                         retire()
                 with m.Elif(is_op[Opcode.MATMUL]):
-                    with m.If(~self.activate_busy & ~dma_blocks_matmul):
+                    with m.If(~activation_blocks_matmul & ~dma_blocks_matmul):
                         m.d.comb += [
                             self.matmul.valid.eq(1),
                             self.matmul.payload.ub_addr.eq(a + step),
@@ -304,11 +321,10 @@ class Sequencer(wiring.Component):
                                 retire()
                 with m.Elif(is_op[Opcode.ACTIVATE]):
                     with m.If(~acc_rows_pending(a) & ~dma_blocks_activate):
-                        m.d.comb += [self.activate.valid.eq(1),
-                                     self.activate.payload.acc_addr.eq(a + step),
-                                     self.activate.payload.ub_addr.eq(b + step)]
-                        with m.If(self.activate.ready):
-                            m.d.sync += step.eq(step + 1)
-                            with m.If(last_step):
-                                retire()
+                        m.d.comb += [self.activate_request.valid.eq(1),
+                                     self.activate_request.payload.acc_addr.eq(a),
+                                     self.activate_request.payload.ub_addr.eq(b),
+                                     self.activate_request.payload.count.eq(n)]
+                        with m.If(self.activate_request.ready):
+                            retire()
         return m

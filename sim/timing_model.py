@@ -22,6 +22,8 @@ What each block contributes (see the RTL for the reasons):
 * datapath: the UB read (1 cycle) and a feed queue that keeps at most 3 rows in flight;
   ``rows + cols`` cycles through the matrix unit; 1 more to commit into the accumulators;
   4 through the activation unit;
+* activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
+  one per cycle;
 * host DMA engine and the memories' host read servers (3-row answer queues), which yield
   the memory ports to the datapath.
 """
@@ -70,6 +72,11 @@ class CoreTiming:
         self.banks = [0, 0]
         self.activating = False
         self.act_stages = [False] * 4
+        # activation issuer: rows left to issue, next rows, the ranges under way
+        self.issuer_left = 0
+        self.issuer_next = (0, 0)
+        self.issuer_acc = (0, 0)
+        self.issuer_ub = (0, 0)
         # host read servers: (a read issued last cycle, answers queued)
         self.server = {"ub": [False, 0], "acc": [False, 0]}
         # host DMA engine
@@ -83,20 +90,22 @@ class CoreTiming:
                 self.load_index, self.reading, tuple(self.feed), tuple(self.pipe),
                 self.pending, self.committing, tuple(self.banks), self.activating,
                 tuple(self.act_stages), tuple(map(tuple, self.server.values())),
+                self.issuer_left,
                 self.dma_busy, self.dma_requested, self.dma_answered)
 
     def _status(self):
         """The datapath's status seen by the sequencer in this cycle."""
         matmul_busy = (self.reading is not None or bool(self.feed) or
                        any(p is not None for p in self.pipe) or self.pending)
-        activate_busy = self.activating or any(self.act_stages)
+        activate_busy = self.activating or any(self.act_stages) or self.issuer_left != 0
         reader_busy = self.remaining != 0 or self.have_row
         return matmul_busy, activate_busy, reader_busy
 
     def _step(self, command, host_rows_left):
         """Advance one clock. ``command`` is what the sequencer offers this cycle: a dict
-        with at most one of ``matmul`` (new_tile, acc_addr), ``activate``, ``dma`` (kind,
-        addr, count), ``weights`` (tiles). Returns the handshakes that happened."""
+        with at most one of ``matmul`` (new_tile, acc_addr), ``activate_request`` (acc
+        row, UB row, count), ``dma`` (kind, addr, count), ``weights`` (tiles). Returns the
+        handshakes that happened."""
         cfg = self.cfg
         half = cfg.acc_depth // 2
         done = {}
@@ -112,7 +121,9 @@ class CoreTiming:
         matmul = command.get("matmul")
         issue = matmul is not None and matmul_ready
         done["matmul"] = issue
-        activate = command.get("activate") is not None
+        activate = self.issuer_left != 0          # the issuer sends a row this cycle
+        request = command.get("activate_request")
+        done["activate_request"] = request is not None and self.issuer_left == 0
         act_out = self.act_stages[3]
 
         # weight reader and the sequencer's request
@@ -189,8 +200,19 @@ class CoreTiming:
         if committing is not None:
             self.banks[committing] -= 1
 
+        draining = self.activating or any(self.act_stages)
         self.act_stages = [self.activating] + self.act_stages[:3]
         self.activating = activate
+        if activate:
+            self.issuer_left -= 1
+        if done["activate_request"]:
+            acc, ub, count = request
+            self.issuer_left = count
+            self.issuer_acc = (acc, acc + count)
+            if draining:                 # rows of the ACTIVATE before are on their way
+                self.issuer_ub = (min(ub, self.issuer_ub[0]), max(ub + count, self.issuer_ub[1]))
+            else:
+                self.issuer_ub = (ub, ub + count)
 
         for name, (fresh, level) in self.server.items():
             self.server[name] = [server_issue[name], level + int(fresh) - int(server_take[name])]
@@ -266,23 +288,28 @@ class CoreTiming:
                 elif op is Opcode.READ_WEIGHTS:
                     command["weights"] = n
                 elif op is Opcode.MATMUL:
+                    def inside(start, span):
+                        return span[0] < start + n and start < span[1]
+
                     blocked = ((self.dma_kind == _READ_HOST and dma_overlaps(a)) or
-                               (self.dma_kind == _WRITE_ACC and dma_overlaps(b)))
-                    if not activate_busy and not blocked:
+                               (self.dma_kind == _WRITE_ACC and dma_overlaps(b)) or
+                               (activate_busy and inside(a, self.issuer_ub)) or
+                               (self.issuer_left != 0 and inside(b, self.issuer_acc)))
+                    if not blocked:
                         new_tile = bool(instr.flags & MatmulFlag.SWITCH) and step == 0
                         command["matmul"] = (new_tile, b + step)
                 elif op is Opcode.ACTIVATE:
                     blocked = self.dma_kind in (_READ_HOST, _WRITE_UB) and dma_overlaps(b)
                     if not acc_rows_pending(a) and not blocked:
-                        command["activate"] = (a + step, b + step)
+                        command["activate_request"] = (a, b, n)
             done = self._step(command, rows_left)
             rows_left -= done["host_rows"]
             counters["cycles"] += 1
             counters["mxu_busy_cycles"] += int(done["vector"])
             counters["weight_stall_cycles"] += int(done["weight_stall"])
-            if done["dma"] or done["weights"]:
+            if done["dma"] or done["weights"] or done["activate_request"]:
                 retire = True
-            if done["matmul"] or command.get("activate"):
+            if done["matmul"]:
                 step += 1
                 retire = step == n
             if halted:

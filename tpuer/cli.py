@@ -290,7 +290,7 @@ def build_parser():
         "bench", help="GEMM cycles and MXU utilisation on the core; simulator speed")
     bench.add_argument("what", nargs="?", default="all", choices=["all", "gemm", "speed"])
     bench.add_argument("--backend", default="verilator",
-                       choices=["verilator", "icarus", "pysim"],
+                       choices=["verilator", "icarus", "pysim", "golden"],
                        help="back end of the GEMM benchmark (default verilator)")
     bench.add_argument("--simulator", action="append", choices=["verilator", "icarus"],
                        help="simulator to measure (repeatable; default both)")

@@ -10,8 +10,8 @@ convolution starts a segment of its own, since its patches are gathered by the h
 
 Within a program, for each layer and each output tile ``j``: the weight tiles of ``j``
 multiply the input tiles one after another, summing in accumulator half ``j % 2``; the
-activation of tile ``j`` is issued after the products of tile ``j + 1``, so that it waits
-for nothing but its own half's drain while the matrix unit works on the other half.
+activation of tile ``j`` is issued after the first product of tile ``j + 1`` (in the other
+half), and the activation issuer requantises its rows while the matrix unit goes on.
 READ_WEIGHTS is issued a Weight FIFO's depth ahead, so weight shifts hide behind products,
 and the input comes in one tile per READ_HOST, each issued before the products of the tile
 ahead of it, so that only the first tile's transfer is not hidden.
@@ -124,7 +124,7 @@ def _segment_program(cfg, model, segment, block):
     state = {}
     source, target = 0, region
 
-    def matmuls(k0, k1, j, count):
+    def matmuls(k0, k1, j, count, after_first=None):
         nonlocal read, inputs_sent
         for i in range(k1 - k0):
             if inputs_sent < shapes[0][1] - shapes[0][0] and inputs_sent == i + 1:
@@ -135,6 +135,8 @@ def _segment_program(cfg, model, segment, block):
             if read < tiles_total:
                 program.append(isa.read_weights(read, 1))
                 read += 1
+            if i == 0 and after_first is not None:
+                after_first()
 
     for layer, (k0, k1, j0, j1) in zip(layers, shapes):
         if not last_part:           # partial sums only: they stay in the accumulators
@@ -155,9 +157,12 @@ def _segment_program(cfg, model, segment, block):
             program.append(isa.activate((count % 2) * half, target + (j - j0) * block, block))
 
         for count, j in enumerate(range(j0, j1)):
-            matmuls(k0, k1, j, count)
-            if count > 0:
-                activate(j - 1, count - 1)
+            # Tile j - 1 is activated once the first products of tile j are under way (in
+            # the other accumulator half): the activation issuer then works beside the
+            # matrix unit, and its products have drained by the time it starts.
+            matmuls(k0, k1, j, count,
+                    after_first=(lambda j=j, count=count: activate(j - 1, count - 1))
+                    if count > 0 else None)
         activate(j1 - 1, j1 - j0 - 1)
         source, target = target, source
     program.append(isa.write_host(source, block * (shapes[-1][3] - shapes[-1][2])))

@@ -1,0 +1,71 @@
+"""The activation issuer: ACTIVATE rows sent to the datapath beside the sequencer, so that
+requantisation overlaps the matrix products as in TPU v1."""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .datapath import command_layouts
+
+__all__ = ["ActivationIssuer", "ACTIVATE_REQUEST_LAYOUT"]
+
+#: An ACTIVATE, as the sequencer hands it over.
+ACTIVATE_REQUEST_LAYOUT = data.StructLayout({"acc_addr": 16, "ub_addr": 16, "count": 16})
+
+
+class ActivationIssuer(wiring.Component):
+    """Takes an ACTIVATE (accumulator rows ``acc_addr...`` into UB rows ``ub_addr...``,
+    ``count`` of them) when idle, and issues one ``activate`` command per cycle to the
+    datapath while the sequencer goes on with later instructions.
+
+    ``busy`` and ``[acc_low, acc_high)`` describe the accumulator rows the ACTIVATE under
+    way has still to read; ``[ub_low, ub_high)`` covers the UB rows of every activation
+    whose rows are still on their way (``draining``, from the datapath, says that earlier
+    rows are): the sequencer holds back a MATMUL that would overwrite accumulator rows not
+    yet read, or read UB rows not yet written.
+
+    Latency: the first row is issued the cycle after the request is taken; ``count`` rows
+    take ``count`` cycles.
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        super().__init__({
+            "request": In(stream.Signature(ACTIVATE_REQUEST_LAYOUT)),
+            "activate": Out(stream.Signature(command_layouts(cfg)["activate"])),
+            "draining": In(1),
+            "busy": Out(1),
+            "acc_low": Out(17), "acc_high": Out(17),
+            "ub_low": Out(17), "ub_high": Out(17),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        issued = Signal(16)
+        count = Signal(16)
+        ub_next = Signal(16)         # the UB row of the next row to issue
+        m.d.comb += [
+            self.request.ready.eq(~self.busy),
+            self.activate.valid.eq(self.busy),
+            self.activate.payload.acc_addr.eq(self.acc_low + issued),
+            self.activate.payload.ub_addr.eq(ub_next + issued),
+            self.acc_high.eq(self.acc_low + count),
+        ]
+        with m.If(self.activate.valid & self.activate.ready):
+            m.d.sync += issued.eq(issued + 1)
+            with m.If(issued + 1 == count):
+                m.d.sync += self.busy.eq(0)
+        with m.If(self.request.valid & self.request.ready):
+            req = self.request.payload
+            new_high = req.ub_addr + req.count
+            m.d.sync += [self.busy.eq(req.count != 0), self.acc_low.eq(req.acc_addr),
+                         ub_next.eq(req.ub_addr), count.eq(req.count), issued.eq(0)]
+            with m.If(self.draining):
+                # Rows of the ACTIVATE before are still on their way: cover both.
+                m.d.sync += [self.ub_low.eq(Mux(req.ub_addr < self.ub_low, req.ub_addr,
+                                                self.ub_low)),
+                             self.ub_high.eq(Mux(new_high > self.ub_high, new_high,
+                                                 self.ub_high))]
+            with m.Else():
+                m.d.sync += [self.ub_low.eq(req.ub_addr), self.ub_high.eq(new_high)]
+        return m
