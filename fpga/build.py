@@ -68,7 +68,25 @@ def parse_nextpnr_log(text, family):
             text):
         fmax[clock] = (float(mhz), float(target))
     resources = {name: used[cell] for cell, name in RESOURCES[family] if cell in used}
-    return {"resources": resources, "fmax": fmax}
+    return {"resources": resources, "fmax": fmax, "critical_path": _critical_path(text)}
+
+
+def _critical_path(text):
+    """(start, end, ns) of the last critical path reported within a clock domain: where
+    the slowest path starts and ends, as cell names (the hierarchy says which block)."""
+    blocks = re.split(r"Info: Critical path report for ", text)[1:]
+    blocks = [b for b in blocks if b.startswith("clock ")]
+    if not blocks:
+        return None
+    lines = blocks[-1].splitlines()
+    sources = [m.group(1) for m in (re.search(r"Source (\S+)", l) for l in lines) if m]
+    sinks = [m.group(1) for m in (re.search(r"Sink (\S+)", l) for l in lines) if m]
+    totals = [float(m.group(1)) for m in
+              (re.match(r"Info:\s+[a-z-]+\s+[\d.]+\s+([\d.]+)", l) for l in lines) if m]
+    if not (sources and sinks and totals):
+        return None
+    return {"from": sources[0].rsplit(".", 1)[0], "to": sinks[-1].rsplit(".", 1)[0],
+            "ns": max(totals)}
 
 
 def build_board(name, *, rows=None, cols=None, build_dir=None, program=False, say=print):
@@ -119,6 +137,7 @@ def build_board(name, *, rows=None, cols=None, build_dir=None, program=False, sa
         "rows": cfg.rows, "cols": cfg.cols, "clock_target_mhz": board.clock_mhz,
         "fmax_mhz": fmax, "build_seconds": round(seconds, 1),
         "resources": {k: {"used": u, "total": t} for k, (u, t) in parsed["resources"].items()},
+        "critical_path": parsed["critical_path"],
         "bitstream": None if failure else
         str(build_dir / ("tpuer.bin" if board.family == "ice40" else "tpuer.bit")),
     }
@@ -146,6 +165,11 @@ def report_table(reports):
         fmax = f"{r['fmax_mhz']:.1f} MHz" if r["fmax_mhz"] else "?"
         lines.append(f"| {r['board']} | {r['rows']}x{r['cols']} | {used} | {fmax} | "
                      f"{r['clock_target_mhz']:g} MHz | {r['build_seconds']:.0f} s |")
+    for r in reports:
+        path = r.get("critical_path")
+        if path:
+            lines.append(f"\n{r['board']}: critical path {path['ns']:.1f} ns from "
+                         f"`{path['from']}` to `{path['to']}`")
     return "\n".join(lines) + "\n"
 
 

@@ -53,6 +53,18 @@ Info: 	              DP16KD:      26/    208    12%
 Info: 	          TRELLIS_FF:    8888/  83640    10%
 Info: 	        TRELLIS_COMB:   15135/  83640    18%
 Info: Max frequency for clock '$glbnet$cd_sync.clk': 31.20 MHz (PASS at 25.00 MHz)
+Info: Critical path report for clock '$glbnet$clk' (posedge -> posedge):
+Info:       type curr  total name
+Info:   clk-to-q  5.83  5.83 Source tpu.core.sequencer.program.0.0.DOB14
+Info:    routing  2.50  8.33 Net tpu.core.sequencer.program.0.0_DOB14[1] (40,82) -> (38,59)
+Info:                          Sink tpu.core.sequencer.program.0.0_DOB14_LUT4_C.C
+Info:      logic  0.26  24.47 Source tpu.core.sequencer.x_LUT4_Z.OFX
+Info:    routing  0.37  24.84 Net tpu.core.sequencer.pc_DI (39,61) -> (39,61)
+Info:                          Sink tpu.core.sequencer.pc_TRELLIS_FF_Q.M
+Info:      setup  0.00  24.84 Source tpu.core.sequencer.pc_TRELLIS_FF_Q.M
+Info: 11.20 ns logic, 13.64 ns routing
+Info: Critical path report for cross-domain path '<async>' -> 'posedge $glbnet$clk':
+Info:   clk-to-q  0.52  0.52 Source pin.Q
 Info: Max frequency for clock '$glbnet$cd_sync.clk': 33.60 MHz (FAIL at 100.00 MHz)
 """
 
@@ -62,12 +74,17 @@ def test_the_nextpnr_log_is_read_into_the_report():
     assert parsed["resources"]["LUT4s"] == (15135, 83640)
     assert parsed["resources"]["multipliers (MULT18X18D)"] == (96, 156)
     assert parsed["fmax"]["$glbnet$cd_sync.clk"] == (33.6, 100.0)       # the last one
+    assert parsed["critical_path"] == {"from": "tpu.core.sequencer.program.0.0",
+                                       "to": "tpu.core.sequencer.pc_TRELLIS_FF_Q",
+                                       "ns": 24.84}
     table = report_table([{"board": "ulx3s-85f", "rows": 8, "cols": 8, "fmax_mhz": 33.6,
                            "clock_target_mhz": 100.0, "build_seconds": 300.0,
+                           "critical_path": parsed["critical_path"],
                            "resources": {k: {"used": u, "total": t}
                                          for k, (u, t) in parsed["resources"].items()}}])
     assert "| ulx3s-85f | 8x8 | 15,135 / 83,640 LUT4s; 8,888 / 83,640 flip-flops; 96 / 156 multipliers" in table
     assert "| 33.6 MHz | 100 MHz | 300 s |" in table
+    assert "critical path 24.8 ns from `tpu.core.sequencer.program.0.0`" in table
 
 
 @pytest.mark.parametrize("name", ["icebreaker", "ulx3s-85f", "colorlight-5a-75b"])
