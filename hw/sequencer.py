@@ -191,9 +191,13 @@ class Sequencer(wiring.Component):
         all_idle = (~self.matmul_busy & ~self.activate_busy & ~self.weight_reader_busy &
                     ~self.dma_busy)
 
+        def overlaps(start, low, high):
+            """Rows ``[start, start + n)`` meet rows ``[low, high)``."""
+            return (low < start + n) & (start < high)
+
         def dma_overlaps(start):
             """The DMA transfer under way touches rows ``[start, start + n)``."""
-            return self.dma_busy & (self.dma_low < start + n) & (start < self.dma_high)
+            return self.dma_busy & overlaps(start, self.dma_low, self.dma_high)
 
         half = cfg.acc_depth // 2
 
@@ -206,9 +210,6 @@ class Sequencer(wiring.Component):
         kind = self.dma_kind
         dma_blocks_matmul = (((kind == DMA_READ_HOST) & dma_overlaps(a)) |       # RAW, UB
                              ((kind == DMA_WRITE_ACC) & dma_overlaps(b)))        # WAR, acc
-        def overlaps(start, low, high):
-            return (low < start + n) & (start < high)
-
         # An activation under way still reads accumulator rows (until the issuer is done)
         # and writes UB rows (until the activation unit is empty).
         activation_blocks_matmul = (

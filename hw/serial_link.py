@@ -1,7 +1,7 @@
 """The board's end of the serial host link (:mod:`tpuer.link`): request frames in, the TPU's
 command words out, reply frames with the TPU's reply words back."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import crc, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -102,6 +102,8 @@ class SerialLink(wiring.Component):
         last_seq = Signal(8)
         have_last = Signal()             # a reply is stored (last_seq means something)
         timer = Signal(range(self._byte_timeout + 1))
+        # A request is new (executes) unless it repeats the seq of the stored reply.
+        new_request = (flags & FLAG_NEW_SESSION).any() | ~have_last | (seq != last_seq)
 
         # --- the reply being sent: the stored one, or a NAK that leaves it alone --------
         reply_kind = Signal(8)
@@ -137,12 +139,15 @@ class SerialLink(wiring.Component):
                     m.d.sync += [bad.eq(0), timer.eq(0)]
                     m.next = "Flags"
 
-            def receive(state_next, action=None):
-                """A header or payload byte: CRC it, note framing errors, time out."""
+            def receive(state_next, store=None, action=None):
+                """A header or payload byte: CRC it, note framing errors, time out;
+                ``store`` is a statement to run on it, ``action`` a function."""
                 with m.If(got):
                     m.d.comb += rx_crc.valid.eq(1)
                     m.d.sync += [timer.eq(0),
                                  bad.eq(bad | self.rx_bytes.payload.framing_error)]
+                    if store is not None:
+                        m.d.sync += store
                     if action:
                         action()
                     if state_next:
@@ -154,16 +159,15 @@ class SerialLink(wiring.Component):
                     m.d.sync += timer.eq(timer + 1)
 
             with m.State("Flags"):
-                receive("Seq", lambda: m.d.sync.__iadd__(flags.eq(byte)))
+                receive("Seq", flags.eq(byte))
             with m.State("Seq"):
-                receive("CountLow", lambda: m.d.sync.__iadd__(seq.eq(byte)))
+                receive("CountLow", seq.eq(byte))
             with m.State("CountLow"):
-                receive("CountHigh", lambda: m.d.sync.__iadd__(count[:8].eq(byte)))
+                receive("CountHigh", count[:8].eq(byte))
             with m.State("CountHigh"):
-                receive("Decide", lambda: m.d.sync.__iadd__(count[8:].eq(byte)))
+                receive("Decide", count[8:].eq(byte))
             with m.State("Decide"):
-                new = (flags & FLAG_NEW_SESSION).any() | ~have_last | (seq != last_seq)
-                m.d.sync += [take_words.eq(new & (used + count <= depth)), index.eq(0),
+                m.d.sync += [take_words.eq(new_request & (used + count <= depth)), index.eq(0),
                              lane.eq(0)]
                 with m.If(count > MAX_REQUEST_WORDS):
                     reply(Kind.NAK)                  # unexpected frame
@@ -181,7 +185,7 @@ class SerialLink(wiring.Component):
                         m.d.sync += [index.eq(index + 1), tail.eq(tail + take_words)]
                         with m.If(index + 1 == count):
                             m.next = "CrcHigh"
-                receive(None, payload_byte)
+                receive(None, action=payload_byte)
             with m.State("CrcHigh"):
                 receive("CrcLow")
             with m.State("CrcLow"):
@@ -191,7 +195,7 @@ class SerialLink(wiring.Component):
                 with m.If(bad | ~rx_crc.match_detected):
                     m.d.sync += tail.eq(committed)
                     reply(Kind.NAK)
-                with m.Elif((flags & FLAG_NEW_SESSION).any() | ~have_last | (seq != last_seq)):
+                with m.Elif(new_request):
                     with m.If(take_words):
                         m.d.sync += committed.eq(tail)
                         reply(Kind.ACK)

@@ -261,9 +261,13 @@ class CoreTiming:
                 instr = trace[index]
                 op, a, b, n = instr.op, instr.a, instr.b, instr.count
 
+                def touches(start, span):
+                    """Rows ``[start, start + n)`` meet rows ``[span[0], span[1])``."""
+                    return span[0] < start + n and start < span[1]
+
                 def dma_overlaps(start):
-                    return (self.dma_busy and self.dma_base < start + n and
-                            start < self.dma_base + self.dma_count)
+                    return self.dma_busy and touches(
+                        start, (self.dma_base, self.dma_base + self.dma_count))
 
                 def acc_rows_pending(start):
                     return ((self.banks[0] != 0 and start < half) or
@@ -288,13 +292,10 @@ class CoreTiming:
                 elif op is Opcode.READ_WEIGHTS:
                     command["weights"] = n
                 elif op is Opcode.MATMUL:
-                    def inside(start, span):
-                        return span[0] < start + n and start < span[1]
-
                     blocked = ((self.dma_kind == _READ_HOST and dma_overlaps(a)) or
                                (self.dma_kind == _WRITE_ACC and dma_overlaps(b)) or
-                               (activate_busy and inside(a, self.issuer_ub)) or
-                               (self.issuer_left != 0 and inside(b, self.issuer_acc)))
+                               (activate_busy and touches(a, self.issuer_ub)) or
+                               (self.issuer_left != 0 and touches(b, self.issuer_acc)))
                     if not blocked:
                         new_tile = bool(instr.flags & MatmulFlag.SWITCH) and step == 0
                         command["matmul"] = (new_tile, b + step)
