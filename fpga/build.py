@@ -106,10 +106,10 @@ def build_board(name, *, rows=None, cols=None, build_dir=None, program=False, sa
     started = time.perf_counter()
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    failure, products = None, None
+    failure = None
     try:
         plan = platform.prepare(BoardTop(board, cfg), name="tpuer")
-        products = plan.execute_local(str(build_dir))
+        plan.execute_local(str(build_dir))
     except subprocess.CalledProcessError as error:
         failure = error
     finally:
@@ -151,7 +151,7 @@ def build_board(name, *, rows=None, cols=None, build_dir=None, program=False, sa
                          f"target of {board.clock_mhz:g} MHz, so no bitstream was written "
                          f"(report: {build_dir / 'report.md'})")
     if program:
-        program_board(name, build_dir, products=products, say=say)
+        program_board(name, build_dir, say=say)
     return report
 
 
@@ -173,7 +173,7 @@ def report_table(reports):
     return "\n".join(lines) + "\n"
 
 
-def program_board(name, build_dir, *, products=None, say=print):
+def program_board(name, build_dir, *, say=print):
     """Program board ``name`` with the bitstream in ``build_dir``, with its usual tool;
     says what to install when the tool is missing."""
     board = find_board(name)

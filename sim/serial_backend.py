@@ -4,7 +4,7 @@ serial link (:mod:`tpuer.link`)."""
 
 import numpy as np
 
-from ..isa import CoreState, ErrorCode
+from ..isa import CoreState
 from ..link import LinkError, SerialLink
 from ..protocol import decode_replies, encode
 

@@ -2,7 +2,7 @@
 byte queues, wired to the board's serial pins, so that a testbench moves whole bytes and
 never watches the line bit by bit."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 

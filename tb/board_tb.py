@@ -4,7 +4,6 @@ TPU's golden model: retransmissions are answered the same and executed once, cor
 cut-short and garbled frames get a NAK and change nothing, a full command queue says BUSY.
 """
 
-import random
 
 import numpy as np
 

@@ -36,12 +36,7 @@ def _check_int8_array(name, value, ndim):
 
 
 def _check_int8_matrix(name, value):
-    if not isinstance(value, np.ndarray):
-        raise TypeError(f"{name} must be a NumPy array of dtype int8, not {type(value).__name__}")
-    if value.dtype != np.int8:
-        raise TypeError(f"{name} must have dtype int8, not {value.dtype}")
-    if value.ndim != 2:
-        raise ValueError(f"{name} must be 2-D, not of shape {value.shape}")
+    _check_int8_array(name, value, 2)
     if 0 in value.shape:
         raise ValueError(f"{name} must not be empty, its shape is {value.shape}")
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .quantize import Conv2D, Dense, im2col
+from .quantize import Conv2D, Dense, float_forward, im2col
 
 __all__ = ["Digits", "load_digits", "train_mlp", "train_cnn", "float_forward"]
 
@@ -44,23 +44,6 @@ def train_mlp(digits, hidden=(32,), seed=0):
         clf.fit(digits.x_train, digits.y_train)
     pairs = list(zip(clf.coefs_, clf.intercepts_))
     return [Dense(w, b, relu=i < len(pairs) - 1) for i, (w, b) in enumerate(pairs)]
-
-
-def float_forward(layers, x):
-    """The float network's output (logits) for samples ``x``."""
-    for layer in layers:
-        if isinstance(layer, Conv2D):
-            kh, kw, _, cout = layer.weights.shape
-            n, h, w, _ = x.shape
-            out_h = (h + 2 * layer.padding - kh) // layer.stride + 1
-            out_w = (w + 2 * layer.padding - kw) // layer.stride + 1
-            rows = im2col(x, (kh, kw), layer.stride, layer.padding, 0.0)
-            x = (rows @ layer.weights.reshape(-1, cout) + layer.bias).reshape(n, out_h, out_w, cout)
-        else:
-            x = x.reshape(len(x), -1) @ layer.weights + layer.bias
-        if layer.relu:
-            x = np.maximum(x, 0.0)
-    return x
 
 
 def train_cnn(digits, channels=8, epochs=40, seed=0, learning_rate=0.05):

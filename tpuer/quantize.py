@@ -21,7 +21,7 @@ import numpy as np
 from .sim.activation_model import quantize_multiplier, requantize_lanes
 
 __all__ = ["Dense", "Conv2D", "QuantizedLayer", "QuantizedModel", "quantize", "quantize_mlp",
-           "im2col"]
+           "im2col", "conv_output_size", "float_forward"]
 
 INT8_MIN, INT8_MAX = -128, 127
 ACC_MIN, ACC_MAX = -(1 << 31), (1 << 31) - 1
@@ -62,6 +62,12 @@ class Conv2D:
     relu: bool = True
 
 
+def conv_output_size(height, width, kernel, stride, padding):
+    """(out height, out width) of a convolution with ``kernel`` (kh, kw)."""
+    kh, kw = kernel
+    return (height + 2 * padding - kh) // stride + 1, (width + 2 * padding - kw) // stride + 1
+
+
 def im2col(x, kernel, stride, padding, pad_value):
     """Patches of NHWC ``x`` as rows: shape (n * out_h * out_w, kh * kw * channels), in
     (kernel row, kernel column, channel) order, padded with ``pad_value``."""
@@ -69,8 +75,7 @@ def im2col(x, kernel, stride, padding, pad_value):
     kh, kw = kernel
     padded = np.full((n, h + 2 * padding, w + 2 * padding, c), pad_value, dtype=x.dtype)
     padded[:, padding:padding + h, padding:padding + w] = x
-    out_h = (h + 2 * padding - kh) // stride + 1
-    out_w = (w + 2 * padding - kw) // stride + 1
+    out_h, out_w = conv_output_size(h, w, kernel, stride, padding)
     cols = np.empty((n, out_h, out_w, kh, kw, c), dtype=x.dtype)
     for i in range(kh):
         for j in range(kw):
@@ -207,18 +212,25 @@ def _range_quantization(low, high, relu, *, widen=1.0):
     return scale, zero_point
 
 
-def _float_forward(layer, x):
+def _float_layer(layer, x):
+    """The float output of one layer for samples ``x``."""
     if isinstance(layer, Conv2D):
-        kh, kw, cin, cout = layer.weights.shape
+        kh, kw, _, cout = layer.weights.shape
         n, h, w, _ = x.shape
         rows = im2col(x, (kh, kw), layer.stride, layer.padding, 0.0)
         out = rows @ layer.weights.reshape(-1, cout) + layer.bias
-        out_h = (h + 2 * layer.padding - kh) // layer.stride + 1
-        out_w = (w + 2 * layer.padding - kw) // layer.stride + 1
-        out = out.reshape(n, out_h, out_w, cout)
+        out = out.reshape(n, *conv_output_size(h, w, (kh, kw), layer.stride, layer.padding),
+                          cout)
     else:
         out = x.reshape(len(x), -1) @ layer.weights + layer.bias
     return np.maximum(out, 0.0) if layer.relu else out
+
+
+def float_forward(layers, x):
+    """The float network's output for samples ``x`` (what :func:`quantize` calibrates on)."""
+    for layer in layers:
+        x = _float_layer(layer, x)
+    return x
 
 
 def _check_layer(index, layer, shape):
@@ -252,8 +264,8 @@ def _check_layer(index, layer, shape):
             raise ValueError(f"{where}: stride must be an integer >= 1, not {layer.stride!r}")
         if not (isinstance(layer.padding, int) and layer.padding >= 0):
             raise ValueError(f"{where}: padding must be an integer >= 0, not {layer.padding!r}")
-        out_h = (shape[0] + 2 * layer.padding - kh) // layer.stride + 1
-        out_w = (shape[1] + 2 * layer.padding - kw) // layer.stride + 1
+        out_h, out_w = conv_output_size(shape[0], shape[1], (kh, kw), layer.stride,
+                                        layer.padding)
         if out_h < 1 or out_w < 1:
             raise ValueError(f"{where}: a {kh}x{kw} kernel does not fit an input of "
                              f"{shape[0]}x{shape[1]} with padding {layer.padding}")
@@ -282,7 +294,7 @@ def quantize(layers, calibration_x, *, per_channel=True):
     model_in = (in_scale, in_zero)
     quantized = []
     for index, layer in enumerate(layers):
-        out = _float_forward(layer, x)
+        out = _float_layer(layer, x)
         out_scale, out_zero = _range_quantization(float(out.min()), float(out.max()), layer.relu)
         w = np.asarray(layer.weights, np.float64)
         w = w.reshape(-1, w.shape[-1])                         # (K, N), K in im2col order
