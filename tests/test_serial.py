@@ -154,6 +154,25 @@ def test_driver_delivers_every_word_exactly_once_over_a_bad_line(faults):
         assert link.retries > 0
 
 
+def test_driver_drops_a_reply_cut_short_by_the_line():
+    """A reply whose count was garbled to a large one, then never finished: the driver
+    must not let it swallow the replies to its retransmissions."""
+    board = LossyBoard(random.Random(1))
+    real_write = board.write
+    cut = {"done": False}
+
+    def write(data):
+        real_write(data)
+        if not cut["done"]:            # the first reply: a header claiming 60 words, cut
+            cut["done"] = True
+            board.outgoing = bytearray(encode_reply(Kind.ACK, 0, [0] * 60)[:12])
+
+    board.write = write
+    link = SerialLink(board, name="test board", timeout=0.01, attempts=3)
+    link.send([1, 2, 3])
+    assert board.executed == [1, 2, 3] and link.retries >= 1
+
+
 def test_driver_names_the_port_when_the_board_is_silent():
     link = SerialLink(LossyBoard(random.Random(0), silent=True), name="/dev/ttyUSB7",
                       timeout=0.01, attempts=3)

@@ -169,7 +169,9 @@ class SerialLink:
     def _await_reply(self, seq):
         """The reply to request ``seq``, a NAK or a garbled frame (either means: send it
         again), or ``None`` after the timeout. A good reply to an earlier request (the
-        answer to a retransmission that was not needed after all) is skipped."""
+        answer to a retransmission that was not needed after all) is skipped. Bytes of a
+        frame still unfinished at the timeout are dropped: a garbled count would otherwise
+        swallow the replies that follow, one retransmission after another."""
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             data = self.port.read(1)          # returns as soon as a byte is there
@@ -181,6 +183,7 @@ class SerialLink:
                     continue
                 self._parser.buffer.clear()
                 return frame
+        self._parser.buffer.clear()
         return None
 
     def start_session(self):
