@@ -6,7 +6,60 @@ from amaranth.lib.wiring import In, Out
 
 from .arith import saturate
 
-__all__ = ["ActivationUnit"]
+__all__ = ["ActivationUnit", "activation_unit", "activation_latency"]
+
+
+def activation_unit(cfg, *, tag_shape=unsigned(16)):
+    """The activation unit ``cfg`` asks for: :class:`ActivationUnit` (every lane at once),
+    or :class:`~tpuer.hw.serial_activation.SerialActivationUnit` when
+    ``cfg.activation_steps`` is set."""
+    if cfg.activation_steps:
+        from .serial_activation import SerialActivationUnit
+        return SerialActivationUnit(cfg, tag_shape=tag_shape)
+    return ActivationUnit(cfg, tag_shape=tag_shape)
+
+
+def activation_latency(cfg):
+    """Cycles from a row entering the activation unit of ``cfg`` to its result: 4, or
+    ``cols * (activation_steps + 1) + 3`` for the lane-serial unit."""
+    if cfg.activation_steps:
+        return cfg.cols * (cfg.activation_steps + 1) + 3
+    return ActivationUnit.latency
+
+
+def biased(cfg, acc, bias):
+    """Stage 1: ``saturate_acc(acc + bias)``."""
+    value, _ = saturate(acc + bias, cfg.acc_shape)
+    return value
+
+
+def high_half(m, cfg, prod, suffix=""):
+    """Stage 3: ``(prod + nudge) / 2**31`` truncated toward zero and saturated to 32 bits,
+    where ``prod = x * M`` (the saturating rounding doubling high multiply)."""
+    q31 = cfg.multiplier_width - 1
+    nudge = Mux(prod >= 0, Const(1 << (q31 - 1), signed(32)),
+                Const(1 - (1 << (q31 - 1)), signed(32)))
+    nudged = Signal(signed(prod.shape().width + 1), name=f"nudged{suffix}")
+    m.d.comb += nudged.eq(prod + nudge)
+    floor = nudged >> q31
+    inexact = nudged[:q31].any()
+    toward_zero = Mux((nudged < 0) & inexact, floor + 1, floor)
+    high, _ = saturate(toward_zero, signed(32))
+    return high
+
+
+def rounded_output(m, cfg, value, shift, zero_point, relu, suffix=""):
+    """Stage 4: rounding right shift of ``value`` by ``shift`` (half away from zero), plus
+    the zero point, clamped to the operand range (from the zero point up with ReLU)."""
+    mask = Signal(unsigned(32), name=f"mask{suffix}")
+    m.d.comb += mask.eq((Const(1, unsigned(33)) << shift) - 1)
+    remainder = value.as_unsigned() & mask
+    threshold = (mask >> 1) + (value < 0)
+    rounded = (value >> shift) + (remainder > threshold)
+    shifted = Signal(signed(33), name=f"rounded{suffix}")
+    m.d.comb += shifted.eq(rounded + zero_point)
+    low = Mux(relu, zero_point, cfg.operand_min)
+    return Mux(shifted > cfg.operand_max, cfg.operand_max, Mux(shifted < low, low, shifted))
 
 
 class ActivationUnit(wiring.Component):
@@ -77,7 +130,6 @@ class ActivationUnit(wiring.Component):
         advance = ~self.o.valid | self.o.ready
         m.d.comb += self.i.ready.eq(advance)
 
-        q31 = cfg.multiplier_width - 1
         prod_shape = signed(cfg.acc_width + cfg.multiplier_width)
         s1_valid, s2_valid, s3_valid = Signal(), Signal(), Signal()
         s1_tag, s2_tag, s3_tag = (Signal(self._tag_shape, name=f"s{k}_tag") for k in (1, 2, 3))
@@ -93,39 +145,14 @@ class ActivationUnit(wiring.Component):
                 self.o.valid.eq(s3_valid), self.o.payload.tag.eq(s3_tag),
             ]
             for lane in range(cfg.cols):
-                # Stage 1: bias, saturating.
-                biased, _ = saturate(self.i.payload.data[lane] + p.bias[lane], cfg.acc_shape)
-                m.d.sync += s1_x[lane].eq(biased)
-
-                # Stage 2: the full-width product x * M.
-                m.d.sync += s2_prod[lane].eq(s1_x[lane] * p.multiplier[lane])
-
-                # Stage 3: (x * M + nudge) / 2**31, truncated toward zero, saturated to 32 bits.
-                prod = s2_prod[lane]
-                nudge = Mux(prod >= 0, Const(1 << (q31 - 1), signed(32)),
-                            Const(1 - (1 << (q31 - 1)), signed(32)))
-                nudged = Signal(signed(prod_shape.width + 1), name=f"nudged_{lane}")
-                m.d.comb += nudged.eq(prod + nudge)
-                floor = nudged >> q31
-                inexact = nudged[:q31].any()
-                toward_zero = Mux((nudged < 0) & inexact, floor + 1, floor)
-                high, _ = saturate(toward_zero, signed(32))
-                m.d.sync += s3_high[lane].eq(high)
-
-                # Stage 4: rounding right shift, zero point, clamp (and ReLU).
-                value = s3_high[lane]
-                shift = p.shift[lane]
-                mask = Signal(unsigned(32), name=f"mask_{lane}")
-                m.d.comb += mask.eq((Const(1, unsigned(33)) << shift) - 1)
-                remainder = value.as_unsigned() & mask
-                threshold = (mask >> 1) + (value < 0)
-                rounded = (value >> shift) + (remainder > threshold)
-                shifted = Signal(signed(33), name=f"rounded_{lane}")
-                m.d.comb += shifted.eq(rounded + p.zero_point)
-                low = Mux(p.relu, p.zero_point, cfg.operand_min)
-                clamped = Mux(shifted > cfg.operand_max, cfg.operand_max,
-                              Mux(shifted < low, low, shifted))
-                m.d.sync += self.o.payload.data[lane].eq(clamped)
+                m.d.sync += [
+                    s1_x[lane].eq(biased(cfg, self.i.payload.data[lane], p.bias[lane])),
+                    s2_prod[lane].eq(s1_x[lane] * p.multiplier[lane]),
+                    s3_high[lane].eq(high_half(m, cfg, s2_prod[lane], f"_{lane}")),
+                    self.o.payload.data[lane].eq(
+                        rounded_output(m, cfg, s3_high[lane], p.shift[lane], p.zero_point,
+                                       p.relu, f"_{lane}")),
+                ]
 
         m.d.comb += self.busy.eq(s1_valid | s2_valid | s3_valid | self.o.valid)
         return m

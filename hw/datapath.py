@@ -5,7 +5,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .accumulators import AccumulatorMemory
-from .activation import ActivationUnit
+from .activation import ActivationUnit, activation_latency, activation_unit
 from .matrix_unit import MatrixUnit
 from .unified_buffer import UnifiedBuffer
 
@@ -67,8 +67,10 @@ class Datapath(wiring.Component):
 
     Latency: a ``matmul`` command accepted in cycle ``t`` has its accumulator row written at
     the end of cycle ``t + 3 + rows + cols`` (:attr:`matmul_latency`); an ``activate``
-    accepted in cycle ``t`` writes its UB row at the end of cycle ``t + 1 + 4``
-    (:attr:`activate_latency`).
+    accepted in cycle ``t`` writes its UB row at the end of cycle ``t + 1 + L``
+    (:attr:`activate_latency`), where ``L`` is the activation unit's latency (4; with
+    ``cfg.activation_steps``, ``cols * (steps + 1) + 3``, and the next ``activate`` is taken
+    only when the unit can take its row).
     """
 
     def __init__(self, cfg):
@@ -102,7 +104,9 @@ class Datapath(wiring.Component):
     def matmul_latency(self):
         return 3 + self._cfg.rows + self._cfg.cols
 
-    activate_latency = 1 + ActivationUnit.latency
+    @property
+    def activate_latency(self):
+        return 1 + activation_latency(self._cfg)
 
     def elaborate(self, platform):
         cfg = self._cfg
@@ -111,7 +115,7 @@ class Datapath(wiring.Component):
         m.submodules.ub = ub = UnifiedBuffer(cfg)
         m.submodules.mxu = mxu = MatrixUnit(cfg, tag_shape=tag)
         m.submodules.acc = acc = AccumulatorMemory(cfg)
-        m.submodules.act = act = ActivationUnit(cfg, tag_shape=cfg.ub_addr_width)
+        m.submodules.act = act = activation_unit(cfg, tag_shape=cfg.ub_addr_width)
         wiring.connect(m, wiring.flipped(self.weights), mxu.weights)
         m.d.comb += act.params.eq(self.params)
 
@@ -170,8 +174,11 @@ class Datapath(wiring.Component):
         # The activated row always has the UB write port, so the unit never stalls.
         activating = Signal()
         activating_ub_addr = Signal(cfg.ub_addr_width)
-        m.d.comb += self.activate.ready.eq(1)
-        m.d.sync += [activating.eq(self.activate.valid),
+        if cfg.activation_steps:   # a lane-serial unit takes a row only when it is empty
+            m.d.comb += self.activate.ready.eq(~activating & act.i.ready)
+        else:
+            m.d.comb += self.activate.ready.eq(1)
+        m.d.sync += [activating.eq(self.activate.valid & self.activate.ready),
                      activating_ub_addr.eq(self.activate.payload.ub_addr)]
         m.d.comb += [
             act.i.payload.data.eq(acc.read_data),

@@ -26,16 +26,17 @@ def port_map(component):
     return ports
 
 
-def to_verilog(component, *, name="top"):
-    """Verilog text of ``component`` as a module called ``name``."""
+def to_verilog(component, *, name="top", platform=None):
+    """Verilog text of ``component`` as a module called ``name``, elaborated for
+    ``platform`` (an FPGA platform, for the vendor primitives it chooses) or for none."""
     return verilog.convert(component, name=name, ports=port_signals(component),
-                           emit_src=False)
+                           platform=platform, emit_src=False)
 
 
 def blocks():
     """The blocks that can be exported or simulated on their own, by name."""
     from .accumulators import AccumulatorMemory
-    from .activation import ActivationUnit
+    from .activation import activation_unit
     from .core import Core
     from .tpu import TPU
     from .datapath import Datapath
@@ -49,7 +50,7 @@ def blocks():
         "weight_fifo": WeightFIFO,
         "unified_buffer": UnifiedBuffer,
         "accumulators": AccumulatorMemory,
-        "activation": ActivationUnit,
+        "activation": activation_unit,
         "datapath": Datapath,
         "core": Core,
         "tpu": TPU,

@@ -1,6 +1,6 @@
 """Weight-stationary processing element with a double-buffered weight."""
 
-from amaranth.hdl import Module, Shape, Signal
+from amaranth.hdl import Module, Shape, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -25,17 +25,28 @@ class ProcessingElement(wiring.Component):
     operand_shape : Shape
         Shape of activations and weights (``signed(8)``).
     acc_shape : Shape
-        Shape of partial sums (``signed(32)``). Sums wrap on overflow; the configuration
-        sizes it so that they cannot overflow.
+        Shape of partial sums (``signed(32)``). Sums wrap on overflow; the array sizes it
+        so that they cannot overflow.
+    shared_multiplier : bool
+        The product comes from outside (``product``, of ``factor_act * factor_weight``), so
+        that two cells can share one DSP block
+        (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`).
 
     Latency: 1 cycle from ``act_in``/``switch_in`` to ``act_out``/``switch_out`` and from
     ``psum_in`` to ``psum_out``.
     """
 
-    def __init__(self, *, operand_shape, acc_shape):
+    def __init__(self, *, operand_shape, acc_shape, shared_multiplier=False):
         self._operand_shape = Shape.cast(operand_shape)
         self._acc_shape = Shape.cast(acc_shape)
+        self._shared_multiplier = shared_multiplier
+        product = {}
+        if shared_multiplier:
+            product = {"factor_act": Out(self._operand_shape),
+                       "factor_weight": Out(self._operand_shape),
+                       "product": In(signed(2 * self._operand_shape.width))}
         super().__init__({
+            **product,
             "act_in": In(self._operand_shape),
             "switch_in": In(1),
             "psum_in": In(self._acc_shape),
@@ -51,10 +62,15 @@ class ProcessingElement(wiring.Component):
         active = Signal(self._operand_shape)
         shadow = Signal(self._operand_shape)
 
+        if self._shared_multiplier:
+            m.d.comb += [self.factor_act.eq(self.act_in), self.factor_weight.eq(active)]
+            product = self.product
+        else:
+            product = self.act_in * active
         m.d.sync += [
             self.act_out.eq(self.act_in),
             self.switch_out.eq(self.switch_in),
-            self.psum_out.eq(self.psum_in + self.act_in * active),
+            self.psum_out.eq(self.psum_in + product),
         ]
         with m.If(self.switch_in):
             m.d.sync += active.eq(shadow)

@@ -1,6 +1,6 @@
 """The CISC instruction sequencer: program memory, decoder, hazard checks and issue."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -44,8 +44,9 @@ class Sequencer(wiring.Component):
     takes them, and ACTIVATE once the activation issuer
     (:class:`~tpuer.hw.activation_issuer.ActivationIssuer`) does, so host transfers and
     requantisation overlap products. MATMUL rows stream one per cycle and
-    consecutive instructions follow without a gap: the next instruction is fetched in the
-    last cycle of the current one.
+    consecutive instructions follow without a gap: the instruction under way is decoded from
+    a register while the instruction memory already holds the next one. A run begins with
+    one cycle that fills this fetch stage.
 
     Members
     -------
@@ -106,6 +107,54 @@ class Sequencer(wiring.Component):
             "vector_issued": In(1),
         })
 
+    def _static_decode(self, m, instr):
+        """What can be told from instruction word ``instr`` alone: ``is_op`` (a bit per
+        :class:`Opcode`) and ``error``, the first failing check that does not depend on
+        the core's state (the ones that do are in :meth:`elaborate`)."""
+        cfg = self._cfg
+        op, flags, a, b, n = instr.opcode, instr.flags, instr.a, instr.b, instr.count
+        is_op = {code: op == code.value for code in Opcode}
+        defined_flags = Signal(4)     # as wide as the field, so ~ covers every bit
+        m.d.comb += defined_flags.eq(
+            Mux(is_op[Opcode.MATMUL], MatmulFlag.ACCUMULATE | MatmulFlag.SWITCH,
+                Mux(is_op[Opcode.WRITE_HOST], WriteHostFlag.FROM_ACC, 0)))
+        ub_over = lambda start: (start + n) > cfg.ub_depth
+        acc_over = lambda start: (start + n) > cfg.acc_depth
+        from_acc = flags[0]
+        value = Cat(a, b).as_signed()
+        config_low = Signal(signed(33))
+        config_high = Signal(signed(33))
+        with m.Switch(flags):
+            for p, (low, high) in {
+                    ConfigParam.BIAS: (cfg.acc_min, cfg.acc_max),
+                    ConfigParam.MULTIPLIER: (-(1 << 31), (1 << 31) - 1),
+                    ConfigParam.SHIFT: (0, cfg.max_shift),
+                    ConfigParam.ZERO_POINT: (cfg.operand_min, cfg.operand_max),
+                    ConfigParam.RELU: (0, 1)}.items():
+                with m.Case(int(p)):
+                    m.d.comb += [config_low.eq(low), config_high.eq(high)]
+        checks = [
+            (~Cat(*(is_op[code] for code in Opcode)).any(), ErrorCode.BAD_OPCODE),
+            (instr.reserved != 0, ErrorCode.BAD_FIELD),
+            (is_op[Opcode.CONFIG] & (flags > max(ConfigParam)), ErrorCode.BAD_FIELD),
+            (~is_op[Opcode.CONFIG] & ((flags & ~defined_flags) != 0), ErrorCode.BAD_FIELD),
+            (is_op[Opcode.READ_HOST] & ub_over(a), ErrorCode.UB_RANGE),
+            (is_op[Opcode.WRITE_HOST] & from_acc & acc_over(a), ErrorCode.ACC_RANGE),
+            (is_op[Opcode.WRITE_HOST] & ~from_acc & ub_over(a), ErrorCode.UB_RANGE),
+            (is_op[Opcode.READ_WEIGHTS] & ((a + n) > cfg.weight_tiles), ErrorCode.WEIGHT_RANGE),
+            (is_op[Opcode.MATMUL] & ub_over(a), ErrorCode.UB_RANGE),
+            (is_op[Opcode.MATMUL] & acc_over(b), ErrorCode.ACC_RANGE),
+            (is_op[Opcode.ACTIVATE] & acc_over(a), ErrorCode.ACC_RANGE),
+            (is_op[Opcode.ACTIVATE] & ub_over(b), ErrorCode.UB_RANGE),
+            (is_op[Opcode.CONFIG] & (n != ALL_LANES) & (n >= cfg.cols), ErrorCode.BAD_CONFIG),
+            (is_op[Opcode.CONFIG] & ((value < config_low) | (value > config_high)),
+             ErrorCode.BAD_CONFIG),
+        ]
+        chosen = ErrorCode.NONE
+        for condition, code in reversed(checks):   # the first failing check wins
+            chosen = Mux(condition, code, chosen)
+        return {"is_op": is_op, "error": chosen}
+
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
@@ -117,65 +166,44 @@ class Sequencer(wiring.Component):
                      write.data.eq(self.program_write_data),
                      write.en.eq(self.program_write_en)]
 
-        instr = data.View(INSTRUCTION_LAYOUT, fetch.data)
-        pc = Signal(17)
+        pc = Signal(17)                 # index of the instruction in ``instr``
         step = Signal(16)               # rows done of the current instruction
         tiles = Signal(range(cfg.weight_fifo_tiles + 2))   # read but not yet switched in
-        requested = Signal(16)          # WRITE_HOST: rows requested so far
-        m.d.comb += [fetch.addr.eq(pc), fetch.en.eq(0)]
 
-        # --- decode and check ------------------------------------------------------------
-        op, flags, a, b, n = instr.opcode, instr.flags, instr.a, instr.b, instr.count
-        is_op = {code: op == code.value for code in Opcode}
-        defined_flags = Signal(4)     # as wide as the field, so ~ covers every bit
-        m.d.comb += defined_flags.eq(
-            Mux(is_op[Opcode.MATMUL], MatmulFlag.ACCUMULATE | MatmulFlag.SWITCH,
-                Mux(is_op[Opcode.WRITE_HOST], WriteHostFlag.FROM_ACC, 0)))
-        ub_over = lambda start: (start + n) > cfg.ub_depth
-        acc_over = lambda start: (start + n) > cfg.acc_depth
+        # --- fetch and static decode -----------------------------------------------------
+        # The instruction under way sits in a register (``instr``) with what can be told
+        # from it alone: the one-hot opcode, the ends ``a + n`` and ``b + n`` and the
+        # static error. The memory's output always holds the instruction after it, so an
+        # instruction retires into the next without a gap while the memory's slow output
+        # only ever goes into registers.
+        fetched = data.View(INSTRUCTION_LAYOUT, fetch.data)
+        load = Signal()                 # ``instr`` takes the memory's output this cycle
+        instr = Signal(INSTRUCTION_LAYOUT)
+        is_op = {code: Signal(name=f"is_{code.name.lower()}") for code in Opcode}
+        a_end, b_end = Signal(17), Signal(17)
+        static_error = Signal(ErrorCode)
+        decoded = self._static_decode(m, fetched)
+        with m.If(load):
+            m.d.sync += [instr.eq(fetched), a_end.eq(fetched.a + fetched.count),
+                         b_end.eq(fetched.b + fetched.count),
+                         static_error.eq(decoded["error"])]
+            m.d.sync += [is_op[code].eq(decoded["is_op"][code]) for code in Opcode]
+
+        # --- dynamic checks --------------------------------------------------------------
+        flags, a, b, n = instr.flags, instr.a, instr.b, instr.count
         from_acc = flags[0]
         switch = flags[1]
         value = Cat(a, b).as_signed()
         lane = n
         param = flags
-        config_low = Signal(signed(33))
-        config_high = Signal(signed(33))
-        with m.Switch(param):
-            for p, (low, high) in {
-                    ConfigParam.BIAS: (cfg.acc_min, cfg.acc_max),
-                    ConfigParam.MULTIPLIER: (-(1 << 31), (1 << 31) - 1),
-                    ConfigParam.SHIFT: (0, cfg.max_shift),
-                    ConfigParam.ZERO_POINT: (cfg.operand_min, cfg.operand_max),
-                    ConfigParam.RELU: (0, 1)}.items():
-                with m.Case(int(p)):
-                    m.d.comb += [config_low.eq(low), config_high.eq(high)]
         error = Signal(ErrorCode)
-        checks = [
-            (~Cat(*(is_op[code] for code in Opcode)).any(), ErrorCode.BAD_OPCODE),
-            (instr.reserved != 0, ErrorCode.BAD_FIELD),
-            (is_op[Opcode.CONFIG] & (flags > max(ConfigParam)), ErrorCode.BAD_FIELD),
-            (~is_op[Opcode.CONFIG] & ((flags & ~defined_flags) != 0), ErrorCode.BAD_FIELD),
-            (is_op[Opcode.READ_HOST] & ub_over(a), ErrorCode.UB_RANGE),
-            (is_op[Opcode.WRITE_HOST] & from_acc & acc_over(a), ErrorCode.ACC_RANGE),
-            (is_op[Opcode.WRITE_HOST] & ~from_acc & ub_over(a), ErrorCode.UB_RANGE),
-            (is_op[Opcode.READ_WEIGHTS] & ((a + n) > cfg.weight_tiles), ErrorCode.WEIGHT_RANGE),
-            (is_op[Opcode.READ_WEIGHTS] & ((tiles + n) > cfg.weight_fifo_tiles + 1),
-             ErrorCode.WEIGHT_OVERFLOW),
-            (is_op[Opcode.MATMUL] & ub_over(a), ErrorCode.UB_RANGE),
-            (is_op[Opcode.MATMUL] & acc_over(b), ErrorCode.ACC_RANGE),
-            (is_op[Opcode.MATMUL] & (n != 0) & switch & (tiles == 0) & (step == 0),
-             ErrorCode.NO_WEIGHTS),
-            (is_op[Opcode.ACTIVATE] & acc_over(a), ErrorCode.ACC_RANGE),
-            (is_op[Opcode.ACTIVATE] & ub_over(b), ErrorCode.UB_RANGE),
-            (is_op[Opcode.CONFIG] & (lane != ALL_LANES) & (lane >= cfg.cols),
-             ErrorCode.BAD_CONFIG),
-            (is_op[Opcode.CONFIG] & ((value < config_low) | (value > config_high)),
-             ErrorCode.BAD_CONFIG),
-        ]
-        chosen = ErrorCode.NONE
-        for condition, code in reversed(checks):   # the first failing check wins
-            chosen = Mux(condition, code, chosen)
-        m.d.comb += error.eq(chosen)
+        dynamic_error = Mux(
+            is_op[Opcode.READ_WEIGHTS] & ((tiles + n) > cfg.weight_fifo_tiles + 1),
+            ErrorCode.WEIGHT_OVERFLOW,
+            Mux(is_op[Opcode.MATMUL] & (n != 0) & switch & (tiles == 0) & (step == 0),
+                ErrorCode.NO_WEIGHTS, ErrorCode.NONE))
+        # Per opcode, every static check comes before the dynamic one.
+        m.d.comb += error.eq(Mux(static_error != ErrorCode.NONE, static_error, dynamic_error))
 
         # --- status and counters ---------------------------------------------------------
         running = Signal()
@@ -191,37 +219,45 @@ class Sequencer(wiring.Component):
         all_idle = (~self.matmul_busy & ~self.activate_busy & ~self.weight_reader_busy &
                     ~self.dma_busy)
 
-        def overlaps(start, low, high):
-            """Rows ``[start, start + n)`` meet rows ``[low, high)``."""
-            return (low < start + n) & (start < high)
+        rows_a, rows_b = (a, a_end), (b, b_end)    # the rows an operand names
 
-        def dma_overlaps(start):
-            """The DMA transfer under way touches rows ``[start, start + n)``."""
-            return self.dma_busy & overlaps(start, self.dma_low, self.dma_high)
+        def overlaps(rows, low, high):
+            """Rows ``[start, end)`` meet rows ``[low, high)``."""
+            start, end = rows
+            return (low < end) & (start < high)
+
+        def dma_overlaps(rows):
+            """The DMA transfer under way touches ``rows``."""
+            return self.dma_busy & overlaps(rows, self.dma_low, self.dma_high)
 
         half = cfg.acc_depth // 2
 
-        def acc_rows_pending(start):
-            """Products are still going into accumulator rows ``[start, start + n)``."""
+        def acc_rows_pending(rows):
+            """Products are still going into accumulator ``rows``."""
+            start, end = rows
             low = self.acc_bank_busy[0] & (start < half)
-            high = self.acc_bank_busy[1] & (start + n > half)
+            high = self.acc_bank_busy[1] & (end > half)
             return low | high
 
         kind = self.dma_kind
-        dma_blocks_matmul = (((kind == DMA_READ_HOST) & dma_overlaps(a)) |       # RAW, UB
-                             ((kind == DMA_WRITE_ACC) & dma_overlaps(b)))        # WAR, acc
+        dma_blocks_matmul = (((kind == DMA_READ_HOST) & dma_overlaps(rows_a)) |       # RAW, UB
+                             ((kind == DMA_WRITE_ACC) & dma_overlaps(rows_b)))        # WAR, acc
         # An activation under way still reads accumulator rows (until the issuer is done)
         # and writes UB rows (until the activation unit is empty).
         activation_blocks_matmul = (
-            (self.activate_busy & overlaps(a, self.issuer_ub_low, self.issuer_ub_high)) |
-            (self.issuer_busy & overlaps(b, self.issuer_acc_low, self.issuer_acc_high)))
+            (self.activate_busy & overlaps(rows_a, self.issuer_ub_low, self.issuer_ub_high)) |
+            (self.issuer_busy & overlaps(rows_b, self.issuer_acc_low, self.issuer_acc_high)))
         dma_blocks_activate = (((kind == DMA_READ_HOST) | (kind == DMA_WRITE_UB)) &
-                               dma_overlaps(b))                                 # WAW/WAR, UB
+                               dma_overlaps(rows_b))                                 # WAW/WAR, UB
         last_step = step + 1 == n
+
+        # The memory's output is the instruction after ``instr``: reading ``pc + 2`` when
+        # ``instr`` moves on keeps it so.
+        m.d.comb += [fetch.addr.eq(pc + 2), fetch.en.eq(0)]
 
         def retire():
             m.d.sync += [pc.eq(pc + 1), step.eq(0), self.instructions.eq(self.instructions + 1)]
-            m.d.comb += [fetch.addr.eq(pc + 1), fetch.en.eq(1)]
+            m.d.comb += [fetch.en.eq(1), load.eq(1)]
 
         def stop(state):
             m.d.sync += self.state.eq(state)
@@ -230,12 +266,22 @@ class Sequencer(wiring.Component):
         with m.FSM(name="sequencer"):
             with m.State("Idle"):
                 with m.If(self.start):
-                    m.d.sync += [pc.eq(self.start_pc), step.eq(0), requested.eq(0),
+                    m.d.sync += [pc.eq(self.start_pc), step.eq(0),
                                  self.state.eq(CoreState.RUNNING),
                                  self.error.eq(ErrorCode.NONE), self.error_pc.eq(0),
                                  self.cycles.eq(0), self.mxu_busy_cycles.eq(0),
                                  self.weight_stall_cycles.eq(0), self.instructions.eq(0)]
                     m.d.comb += [fetch.addr.eq(self.start_pc), fetch.en.eq(1)]
+                    m.next = "Prime"
+
+            with m.State("Prime"):
+                # One cycle to fill the fetch stage: the first instruction into ``instr``,
+                # the second onto the memory's output.
+                m.d.comb += [fetch.addr.eq(pc + 1), fetch.en.eq(1), load.eq(1)]
+                with m.If(self.abort_run):
+                    m.d.comb += self.dma_cancel.eq(1)
+                    stop(CoreState.IDLE)
+                with m.Else():
                     m.next = "Run"
 
             with m.State("Drain"):
@@ -287,7 +333,7 @@ class Sequencer(wiring.Component):
                     # Handed to the host DMA engine, which moves the rows while the
                     # sequencer goes on; instructions that touch those rows wait for it.
                     with m.If(~self.activate_busy &
-                              ~(is_op[Opcode.WRITE_HOST] & from_acc & acc_rows_pending(a))):
+                              ~(is_op[Opcode.WRITE_HOST] & from_acc & acc_rows_pending(rows_a))):
                         m.d.comb += [
                             self.dma_request.valid.eq(1),
                             self.dma_request.payload.kind.eq(
@@ -321,7 +367,7 @@ class Sequencer(wiring.Component):
                             with m.If(last_step):
                                 retire()
                 with m.Elif(is_op[Opcode.ACTIVATE]):
-                    with m.If(~acc_rows_pending(a) & ~dma_blocks_activate):
+                    with m.If(~acc_rows_pending(rows_a) & ~dma_blocks_activate):
                         m.d.comb += [self.activate_request.valid.eq(1),
                                      self.activate_request.payload.acc_addr.eq(a),
                                      self.activate_request.payload.ub_addr.eq(b),

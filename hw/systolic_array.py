@@ -1,9 +1,11 @@
 """A rows x cols grid of processing elements, weight-stationary."""
 
-from amaranth.hdl import Const, Module, Signal
+from amaranth.hdl import Module, Signal, signed
+from amaranth.utils import ceil_log2
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .dual_multiplier import DualMultiplier, uses_sb_mac16
 from .pe import ProcessingElement
 
 __all__ = ["SystolicArray"]
@@ -22,6 +24,10 @@ class SystolicArray(wiring.Component):
     of column ``j`` by ``j`` cycles, the same skew the activations have, so a write presented
     in cycle ``t`` reaches row ``i`` of every column in the cycle that a switch flag entering
     lane ``i`` in cycle ``t`` reaches it.
+
+    Partial sums are only as wide as they must be (``2 * operand_width + ceil(log2(i + 1))``
+    bits below row ``i``). On an iCE40 UltraPlus, two cells share each SB_MAC16 DSP
+    (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`), so a 4 x 4 array needs its 8 DSPs.
 
     Latency: an activation entering lane ``i`` in cycle ``t`` is summed into column ``j`` in
     cycle ``t + j``; the sum of a vector whose lane 0 entered in cycle ``t`` leaves column
@@ -58,11 +64,26 @@ class SystolicArray(wiring.Component):
         cfg = self._cfg
         m = Module()
 
-        pes = [[ProcessingElement(operand_shape=cfg.operand_shape, acc_shape=cfg.acc_shape)
-                for _ in range(cfg.cols)] for _ in range(cfg.rows)]
+        # The partial sum leaving row i holds i + 1 products: no wider than it must be.
+        product_width = 2 * cfg.operand_width
+        shared = uses_sb_mac16(platform, cfg.operand_shape)
+        pes = [[ProcessingElement(operand_shape=cfg.operand_shape,
+                                  acc_shape=signed(product_width + ceil_log2(i + 1)),
+                                  shared_multiplier=shared)
+                for _ in range(cfg.cols)] for i in range(cfg.rows)]
         for i, row in enumerate(pes):
             for j, pe in enumerate(row):
                 m.submodules[f"pe_{i}_{j}"] = pe
+        if shared:
+            # On an iCE40 UltraPlus, cells (i, j) and (i + 1, j) share one SB_MAC16.
+            cells = [pes[i][j] for j in range(cfg.cols) for i in range(cfg.rows)]
+            for k in range(0, len(cells), 2):
+                pair = cells[k:k + 2]
+                m.submodules[f"dsp_{k // 2}"] = dsp = DualMultiplier(cfg.operand_shape)
+                for pe, half in zip(pair, ("high", "low")):
+                    m.d.comb += [getattr(dsp, f"{half}_a").eq(pe.factor_act),
+                                 getattr(dsp, f"{half}_b").eq(pe.factor_weight),
+                                 pe.product.eq(getattr(dsp, half))]
 
         # Column j sees the weight bus j cycles late.
         for j in range(cfg.cols):
@@ -90,7 +111,7 @@ class SystolicArray(wiring.Component):
                     left = pes[i][j - 1]
                     m.d.comb += [pe.act_in.eq(left.act_out), pe.switch_in.eq(left.switch_out)]
                 if i == 0:
-                    m.d.comb += pe.psum_in.eq(Const(0, cfg.acc_shape))
+                    m.d.comb += pe.psum_in.eq(0)
                 else:
                     m.d.comb += pe.psum_in.eq(pes[i - 1][j].psum_out)
         for j in range(cfg.cols):

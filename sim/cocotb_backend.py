@@ -96,10 +96,13 @@ def _stamp(verilog, simulator, waves, build_args):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def build(block, cfg, simulator, *, waves=None, component=None):
+def build(block, cfg, simulator, *, waves=None, component=None, platform=None,
+          extra_sources=(), variant=""):
     """Generate the Verilog of ``block`` for ``cfg`` (or of ``component``, a design that
     is no block of its own, such as a testbench harness, named ``block``) and build it for
-    ``simulator``.
+    ``simulator``. With ``platform``, the design is elaborated for that FPGA platform; the
+    simulation models of the primitives it then uses come in ``extra_sources``, and
+    ``variant`` names the build apart from the plain one.
 
     Returns a :class:`Build`. Reuses an earlier build when nothing changed.
     """
@@ -107,10 +110,11 @@ def build(block, cfg, simulator, *, waves=None, component=None):
 
     check_simulator(simulator)
     waves = waves_requested() if waves is None else waves
-    directory = build_root() / "sim" / simulator / f"{block}-{cfg.name}{'-waves' if waves else ''}"
+    directory = (build_root() / "sim" / simulator /
+                 f"{block}-{cfg.name}{'-' + variant if variant else ''}{'-waves' if waves else ''}")
     directory.mkdir(parents=True, exist_ok=True)
     verilog = to_verilog(component if component is not None else build_block(block, cfg),
-                         name="top")
+                         name="top", platform=platform)
     if simulator == "icarus":
         verilog = for_icarus(verilog)
     source = directory / "top.v"
@@ -118,13 +122,14 @@ def build(block, cfg, simulator, *, waves=None, component=None):
     if simulator == "verilator":
         build_args = [f"-Wno-{rule}" for rule in VERILATOR_WAIVERS] + ["-O2"]
     stamp_file = directory / "build.stamp"
-    stamp = _stamp(verilog, simulator, waves, build_args)
+    extra_sources = [Path(path) for path in extra_sources]
+    stamp = _stamp(verilog, simulator, waves, build_args + [str(p) for p in extra_sources])
     if stamp_file.exists() and stamp_file.read_text() == stamp:
         return Build(block, cfg, simulator, waves, directory)
     if not source.exists() or source.read_text() != verilog:
         source.write_text(verilog)
     runner = get_runner(simulator)
-    runner.build(sources=[source], hdl_toplevel="top", build_dir=directory,
+    runner.build(sources=[source, *extra_sources], hdl_toplevel="top", build_dir=directory,
                  build_args=build_args, waves=waves,
                  timescale=("1ns", "1ps"), always=True,
                  log_file=directory / "build.log")

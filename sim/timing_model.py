@@ -11,7 +11,8 @@ taken at once.
 
 What each block contributes (see the RTL for the reasons):
 
-* sequencer: one cycle per instruction, one per MATMUL or ACTIVATE row; waits as listed
+* sequencer: one cycle to fill its fetch stage when a run starts, then one cycle per
+  instruction, one per MATMUL or ACTIVATE row; waits as listed
   in :class:`~tpuer.hw.sequencer.Sequencer`; an error first drains earlier work;
 * weight reader: a request is taken when the previous one has issued its last read; one
   row per cycle, 1 cycle after the request;
@@ -21,7 +22,8 @@ What each block contributes (see the RTL for the reasons):
   a vector flagged ``new_tile`` waits for it (a weight-stall cycle);
 * datapath: the UB read (1 cycle) and a feed queue that keeps at most 3 rows in flight;
   ``rows + cols`` cycles through the matrix unit; 1 more to commit into the accumulators;
-  4 through the activation unit;
+  the activation unit's latency (4, or ``cols * (activation_steps + 1) + 3`` for the
+  lane-serial unit, which takes a row only when it is empty);
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
   one per cycle;
 * host DMA engine and the memories' host read servers (3-row answer queues), which yield
@@ -30,6 +32,7 @@ What each block contributes (see the RTL for the reasons):
 
 from collections import deque
 
+from ..hw.activation import activation_latency
 from ..isa import MatmulFlag, Opcode, WriteHostFlag
 
 __all__ = ["CoreTiming", "Timing"]
@@ -71,7 +74,7 @@ class CoreTiming:
         self.committing = None                   # accumulator half being committed
         self.banks = [0, 0]
         self.activating = False
-        self.act_stages = [False] * 4
+        self.act_stages = [False] * activation_latency(cfg)   # rows taken 1, 2, ... ago
         # activation issuer: rows left to issue, next rows, the ranges under way
         self.issuer_left = 0
         self.issuer_next = (0, 0)
@@ -121,10 +124,15 @@ class CoreTiming:
         matmul = command.get("matmul")
         issue = matmul is not None and matmul_ready
         done["matmul"] = issue
-        activate = self.issuer_left != 0          # the issuer sends a row this cycle
+        if cfg.activation_steps:   # the lane-serial unit takes a row when it is empty
+            act_ready = not self.activating and not any(self.act_stages[:-1])
+        else:
+            act_ready = True
+        activate_valid = self.issuer_left != 0   # the issuer offers a row this cycle
+        activate = activate_valid and act_ready
         request = command.get("activate_request")
         done["activate_request"] = request is not None and self.issuer_left == 0
-        act_out = self.act_stages[3]
+        act_out = self.act_stages[-1]
 
         # weight reader and the sequencer's request
         weights = command.get("weights")
@@ -157,7 +165,7 @@ class CoreTiming:
         elif self.dma_busy:
             name = "acc" if self.dma_kind == _WRITE_ACC else "ub"
             fresh, level = self.server[name]
-            blocked = activate if name == "acc" else matmul is not None
+            blocked = activate_valid if name == "acc" else matmul is not None
             if self.dma_requested != self.dma_count and not blocked and level + fresh < _ANSWER_SLOTS:
                 server_issue[name] = True
                 dma_requested += 1
@@ -201,7 +209,7 @@ class CoreTiming:
             self.banks[committing] -= 1
 
         draining = self.activating or any(self.act_stages)
-        self.act_stages = [self.activating] + self.act_stages[:3]
+        self.act_stages = [self.activating] + self.act_stages[:-1]
         self.activating = activate
         if activate:
             self.issuer_left -= 1
@@ -246,6 +254,8 @@ class CoreTiming:
         counters = Timing(cycles=0, mxu_busy_cycles=0, weight_stall_cycles=0, instructions=0)
         index, step, draining = 0, 0, False
         rows_left = host_rows
+        rows_left -= self._step({}, rows_left)["host_rows"]   # the fetch stage fills
+        counters["cycles"] += 1
         while True:
             if counters["cycles"] >= max_cycles:
                 raise RuntimeError(f"the timing model ran {max_cycles} cycles: a hang?")

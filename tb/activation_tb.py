@@ -5,7 +5,7 @@ import random
 
 import numpy as np
 
-from ..hw.activation import ActivationUnit
+from ..hw.activation import activation_unit
 from ..sim.activation_model import ActivationParams, requantize
 from .harness import StreamSink, StreamSource, TestbenchError, reference_instance, run_cycles
 from .packing import Codec
@@ -38,7 +38,7 @@ def _encode_params(dut, params):
 async def check_batches(io, cfg, batches, *, rng, idle=0.0, stall=0.0, check_latency=False):
     """Send each (params, accumulator rows) batch, waiting for the pipeline to drain before
     changing the parameters; compare every output row and tag with the golden model."""
-    dut = reference_instance(ActivationUnit(cfg))
+    dut = reference_instance(activation_unit(cfg))
     in_codec, out_codec = Codec(dut.in_layout), Codec(dut.out_layout)
     tag = 0
     for params, rows in batches:
@@ -50,7 +50,7 @@ async def check_batches(io, cfg, batches, *, rng, idle=0.0, stall=0.0, check_lat
         sink = StreamSink("o", out_codec, stall=stall,
                           rng=random.Random(int(rng.integers(1 << 31))))
         await run_cycles(io, [source, sink], until=lambda: len(sink.items) == len(items),
-                         max_cycles=100 + 20 * len(items))
+                         max_cycles=100 + (20 + dut.latency) * len(items))
         for k, (item, want) in enumerate(zip(sink.items, expected)):
             if not np.array_equal(item["data"], want) or item["tag"] != items[k]["tag"]:
                 raise TestbenchError(

@@ -125,7 +125,8 @@ async def bench_layer(io, cfg, rng, *, idle=0.2, stall=0.3, tiles=3):
               dp.sink("host_acc_data", dut.host_acc_data.payload.shape(), stall)]
     await dp.run(agents, lambda: all(a.done for a in agents[:3]) and
                  len(agents[3].items) == len(acc_reads),
-                 200 + 20 * (len(activates) + len(extra) + len(acc_reads)))
+                 200 + (20 + dut.activate_latency) * len(activates) +
+                 20 * (len(extra) + len(acc_reads)))
     for addr, got in zip(acc_reads, agents[3].items):
         dp.check(f"host read of accumulator row {addr}", got, acc_values[addr])
 

@@ -18,7 +18,8 @@ SIM_CONFIGS = [
 #: kept small; the array sizes are those above.
 CORE_CONFIGS = [
     Config(rows=2, cols=2, ub_depth=12, acc_depth=8, weight_tiles=4, program_depth=64),
-    Config(rows=4, cols=4, ub_depth=16, acc_depth=12, weight_tiles=6, program_depth=64),
+    Config(rows=4, cols=4, ub_depth=16, acc_depth=12, weight_tiles=6, program_depth=64,
+           activation_steps=2),     # the lane-serial activation unit of small FPGAs
     Config(rows=8, cols=8, ub_depth=24, acc_depth=16, weight_tiles=8, program_depth=64),
     Config(rows=4, cols=8, ub_depth=20, acc_depth=10, weight_tiles=6, program_depth=64,
            weight_fifo_tiles=2),

@@ -25,6 +25,13 @@ PYSIM_CONFIGS = [
            weight_fifo_tiles=2),
 ]
 BLOCKS = ["matrix_unit", "unified_buffer", "accumulators", "activation", "datapath"]
+#: The lane-serial activation unit (``activation_steps``), in the blocks that hold it.
+SERIAL_ACTIVATION_CONFIGS = [
+    Config(rows=3, cols=5, ub_depth=20, acc_depth=12, weight_fifo_tiles=2, activation_steps=4),
+    Config(rows=2, cols=2, activation_steps=32),
+    Config(rows=1, cols=1, operand_width=4, acc_width=8, ub_depth=3, acc_depth=3,
+           weight_fifo_tiles=2, activation_steps=1),
+]
 
 
 def rng_for(*names):
@@ -34,7 +41,8 @@ def rng_for(*names):
 def _cases():
     for block in BLOCKS:
         benches = importlib.import_module(f"tpuer.tb.{block}_tb").BENCHES
-        for cfg in PYSIM_CONFIGS:
+        extra = SERIAL_ACTIVATION_CONFIGS if block in ("activation", "datapath") else []
+        for cfg in PYSIM_CONFIGS + extra:
             for name in benches:
                 yield pytest.param(block, cfg, name, id=f"{block}-{name}-{cfg.name}")
 

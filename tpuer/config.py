@@ -52,6 +52,12 @@ class Config:
         Tiles the on-chip weight memory holds (``rows x cols`` weights each). 1 to 4096.
     program_depth : int
         Instructions the instruction memory holds. 2 to 65536.
+    activation_steps : int
+        How the activation unit spends its multipliers. 0 (the default): every lane of a
+        row at once, pipelined, one row per cycle. 1, 2, 4, 8, 16 or 32: one lane at a
+        time, each lane's 32 x 32-bit multiplication done in that many steps of
+        ``32 / activation_steps`` bits, for devices without multipliers to spare (a row
+        then takes ``cols * (activation_steps + 1) + 3`` cycles).
 
     Raises
     ------
@@ -68,6 +74,7 @@ class Config:
     weight_fifo_tiles: int = 4
     weight_tiles: int = 16
     program_depth: int = 1024
+    activation_steps: int = 0
 
     def __post_init__(self):
         _check_int("rows", self.rows, 1, 256)
@@ -84,6 +91,10 @@ class Config:
         _check_int("weight_fifo_tiles", self.weight_fifo_tiles, 1, 64)
         _check_int("weight_tiles", self.weight_tiles, 1, 4096)
         _check_int("program_depth", self.program_depth, 2, 65536)
+        _check_int("activation_steps", self.activation_steps, 0, 32)
+        if self.activation_steps not in (0, 1, 2, 4, 8, 16, 32):
+            raise ConfigError(f"activation_steps must be 0 (all lanes at once) or one of 1, 2, "
+                              f"4, 8, 16, 32 (steps per lane), not {self.activation_steps!r}")
         if self.weight_fifo_tiles * self.rows < 2:
             raise ConfigError(
                 "the Weight FIFO must hold at least 2 rows to pass one row per cycle: "
@@ -182,6 +193,8 @@ class Config:
         if (self.weight_tiles, self.program_depth) != (defaults.weight_tiles,
                                                        defaults.program_depth):
             name += f"-wm{self.weight_tiles}-pm{self.program_depth}"
+        if self.activation_steps:
+            name += f"-as{self.activation_steps}"
         return name
 
     def as_dict(self):

@@ -1,0 +1,70 @@
+"""Two signed 8 x 8 products in one iCE40 UltraPlus DSP (SB_MAC16 in its 8 x 8 mode)."""
+
+from amaranth.hdl import Cat, Instance, Module, Shape, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["DualMultiplier", "uses_sb_mac16"]
+
+
+def uses_sb_mac16(platform, operand_shape):
+    """Whether the products of the systolic array go into SB_MAC16 blocks: on an iCE40
+    UltraPlus (the only iCE40 with DSPs), for operands of 8 bits or fewer."""
+    from amaranth.vendor import LatticeICE40Platform
+    return (isinstance(platform, LatticeICE40Platform) and
+            platform.device.startswith("iCE40UP") and Shape.cast(operand_shape).width <= 8)
+
+
+class DualMultiplier(wiring.Component):
+    """``high = high_a * high_b`` and ``low = low_a * low_b``, signed, combinational.
+
+    On an iCE40 UltraPlus this is one SB_MAC16 with ``MODE_8x8``: its top half multiplies
+    ``A[15:8] * B[15:8]`` and its bottom half ``A[7:0] * B[7:0]``, both signed, and the
+    16-bit products are taken straight from the multipliers (``*OUTPUT_SELECT = 2``, no
+    register, the DSP's adders unused). Elsewhere it is two plain multiplications, so that
+    simulators without the primitive see the same behaviour. Yosys never packs two 8 x 8
+    products into one SB_MAC16 by itself, hence the instance.
+
+    Operands narrower than 8 bits are sign-extended. Latency: 0 (combinational).
+    """
+
+    def __init__(self, operand_shape):
+        self._operand_shape = Shape.cast(operand_shape)
+        if self._operand_shape.width > 8 or not self._operand_shape.signed:
+            raise ValueError(f"a DualMultiplier takes signed operands of at most 8 bits, "
+                             f"not {self._operand_shape}")
+        product = signed(2 * self._operand_shape.width)
+        super().__init__({
+            "high_a": In(self._operand_shape), "high_b": In(self._operand_shape),
+            "low_a": In(self._operand_shape), "low_b": In(self._operand_shape),
+            "high": Out(product), "low": Out(product),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        if not uses_sb_mac16(platform, self._operand_shape):
+            m.d.comb += [self.high.eq(self.high_a * self.high_b),
+                         self.low.eq(self.low_a * self.low_b)]
+            return m
+
+        operands = {}
+        for name in ("high_a", "high_b", "low_a", "low_b"):
+            operands[name] = Signal(signed(8), name=f"{name}_8")   # sign-extended
+            m.d.comb += operands[name].eq(getattr(self, name))
+        products = Signal(32)
+        m.submodules.dsp = Instance(
+            "SB_MAC16",
+            p_MODE_8x8=1, p_A_SIGNED=1, p_B_SIGNED=1,
+            p_TOPOUTPUT_SELECT=2, p_BOTOUTPUT_SELECT=2,
+            i_CLK=0, i_CE=1,
+            i_A=Cat(operands["low_a"], operands["high_a"]),
+            i_B=Cat(operands["low_b"], operands["high_b"]),
+            i_C=0, i_D=0,
+            i_AHOLD=0, i_BHOLD=0, i_CHOLD=0, i_DHOLD=0,
+            i_IRSTTOP=0, i_IRSTBOT=0, i_ORSTTOP=0, i_ORSTBOT=0,
+            i_OLOADTOP=0, i_OLOADBOT=0, i_ADDSUBTOP=0, i_ADDSUBBOT=0,
+            i_OHOLDTOP=0, i_OHOLDBOT=0, i_CI=0, i_ACCUMCI=0, i_SIGNEXTIN=0,
+            o_O=products)
+        m.d.comb += [self.high.eq(products[16:].as_signed()),
+                     self.low.eq(products[:16].as_signed())]
+        return m
