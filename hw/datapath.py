@@ -68,7 +68,7 @@ class Datapath(wiring.Component):
     Latency: a ``matmul`` command accepted in cycle ``t`` has its accumulator row written at
     the end of cycle ``t + 3 + rows + cols`` (:attr:`matmul_latency`); an ``activate``
     accepted in cycle ``t`` writes its UB row at the end of cycle ``t + 1 + L``
-    (:attr:`activate_latency`), where ``L`` is the activation unit's latency (4; with
+    (:attr:`activate_latency`), where ``L`` is the activation unit's latency (7; with
     ``cfg.activation_steps``, ``cols * (steps + 1) + 3``, and the next ``activate`` is taken
     only when the unit can take its row).
     """

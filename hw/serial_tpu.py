@@ -5,6 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .serial_link import SerialLink
+from .stream_buffer import StreamBuffer
 from .tpu import TPU
 from .uart import UARTReceiver, UARTTransmitter, check_divisor
 
@@ -34,8 +35,14 @@ class SerialTPU(wiring.Component):
         m.submodules.tpu = tpu = TPU(self._cfg)
         wiring.connect(m, receiver.bytes, link.rx_bytes)
         wiring.connect(m, link.tx_bytes, transmitter.bytes)
-        wiring.connect(m, link.cmd, tpu.cmd)
-        wiring.connect(m, tpu.rsp, link.rsp)
+        # Register stages between the link and the TPU, so that the link's queue memory and
+        # the host interface's decoding do not make one long path.
+        m.submodules.cmd_buffer = cmd_buffer = StreamBuffer(32)
+        m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32)
+        wiring.connect(m, link.cmd, cmd_buffer.i)
+        wiring.connect(m, cmd_buffer.o, tpu.cmd)
+        wiring.connect(m, tpu.rsp, rsp_buffer.i)
+        wiring.connect(m, rsp_buffer.o, link.rsp)
         m.d.comb += [receiver.rx.eq(self.rx), self.tx.eq(transmitter.tx),
                      transmitter.break_stop.eq(0)]
         return m
