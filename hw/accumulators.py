@@ -33,15 +33,17 @@ class AccumulatorMemory(wiring.Component):
     read_data : Out(ArrayLayout(acc, cols))
         The row requested in the previous cycle.
     overflow : Out(1)
-        High in the cycle a write commits (one cycle after its request) when it saturated
+        High in the cycle a write commits (two cycles after its request) when it saturated
         in at least one lane.
     range_error : Out(1)
         An out-of-range address was presented with its enable in the previous cycle.
     write_pending : Out(1)
-        A write requested in the previous cycle commits in this one.
+        A write requested in one of the two cycles before is not yet stored.
 
-    Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + 1``; a read
-    requested in cycle ``t + 1`` or later returns it (1 cycle read latency).
+    Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + 2``; a read
+    requested in cycle ``t + 2`` or later returns it (1 cycle read latency). The stored row
+    goes straight from the memory into a register before the addition, so no path runs from
+    the memory through the adder back into it.
     """
 
     def __init__(self, cfg):
@@ -74,35 +76,45 @@ class AccumulatorMemory(wiring.Component):
         old = storage.read_port(transparent_for=[commit])
         read = storage.read_port(transparent_for=[commit])
 
-        # Stage 0: read the row the write may add to.
+        # Stage 0 (cycle t): read the row the write may add to.
         write_ok = self.write_addr < cfg.acc_depth
         m.d.comb += [old.addr.eq(self.write_addr), old.en.eq(self.write_en)]
-        pending = Signal()
-        pending_addr = Signal.like(self.write_addr)
-        pending_data = Signal(self.row_layout)
-        pending_accumulate = Signal()
+        s1_valid, s2_valid = Signal(), Signal()
+        s1_addr, s2_addr = Signal.like(self.write_addr), Signal.like(self.write_addr)
+        s1_data, s2_data = Signal(self.row_layout), Signal(self.row_layout)
+        s1_accumulate, s2_accumulate = Signal(), Signal()
+        s2_old = Signal(self.row_layout)
         m.d.sync += [
-            pending.eq(self.write_en & write_ok),
-            pending_addr.eq(self.write_addr),
-            pending_data.eq(self.write_data),
-            pending_accumulate.eq(self.write_accumulate),
+            s1_valid.eq(self.write_en & write_ok), s1_addr.eq(self.write_addr),
+            s1_data.eq(self.write_data), s1_accumulate.eq(self.write_accumulate),
+            # Stage 1 (t + 1): the stored row straight into registers.
+            s2_valid.eq(s1_valid), s2_addr.eq(s1_addr), s2_data.eq(s1_data),
+            s2_accumulate.eq(s1_accumulate), s2_old.eq(old.data),
         ]
 
-        # Stage 1: add (saturating) or overwrite, and commit.
+        # Stage 2 (t + 2): add (saturating) or overwrite, and commit. The read in cycle t
+        # saw the commits up to cycle t (the port is transparent); the one of cycle t + 1
+        # is forwarded from a register.
+        last_valid = Signal()
+        last_addr = Signal.like(self.write_addr)
+        last_row = Signal(self.row_layout)
+        forward = last_valid & (last_addr == s2_addr)
         new_row = Signal(self.row_layout)
         clipped = Signal(cfg.cols)
         for lane in range(cfg.cols):
-            total, lane_clipped = saturate(old.data[lane] + pending_data[lane], cfg.acc_shape)
+            base = Mux(forward, last_row[lane], s2_old[lane])
+            total, lane_clipped = saturate(base + s2_data[lane], cfg.acc_shape)
             m.d.comb += [
-                new_row[lane].eq(Mux(pending_accumulate, total, pending_data[lane])),
-                clipped[lane].eq(pending_accumulate & lane_clipped),
+                new_row[lane].eq(Mux(s2_accumulate, total, s2_data[lane])),
+                clipped[lane].eq(s2_accumulate & lane_clipped),
             ]
+        m.d.sync += [last_valid.eq(s2_valid), last_addr.eq(s2_addr), last_row.eq(new_row)]
         m.d.comb += [
-            commit.addr.eq(pending_addr),
+            commit.addr.eq(s2_addr),
             commit.data.eq(new_row),
-            commit.en.eq(pending),
-            self.overflow.eq(pending & clipped.any()),
-            self.write_pending.eq(pending),
+            commit.en.eq(s2_valid),
+            self.overflow.eq(s2_valid & clipped.any()),
+            self.write_pending.eq(s1_valid | s2_valid),
         ]
 
         read_data, read_bad = bounded_read(m, read, addr=self.read_addr, en=self.read_en,

@@ -149,12 +149,14 @@ class Datapath(wiring.Component):
         # In-flight rows per accumulator half: counted in when the command is accepted, out
         # when its accumulator write commits.
         half = cfg.acc_depth // 2
-        in_flight_limit = cfg.rows + cfg.cols + 10
+        in_flight_limit = cfg.rows + cfg.cols + 12
         banks = [Signal(range(in_flight_limit), name=f"acc_bank{h}_rows") for h in (0, 1)]
-        commit_bank = Signal()
-        committing = Signal()
-        m.d.sync += [committing.eq(mxu.results.valid),
-                     commit_bank.eq(mxu.results.payload.tag.acc_addr >= half)]
+        # A result written in cycle t commits at the end of t + 2.
+        result_bank, commit_bank = Signal(), Signal()
+        result_written, committing = Signal(), Signal()
+        m.d.sync += [result_written.eq(mxu.results.valid),
+                     result_bank.eq(mxu.results.payload.tag.acc_addr >= half),
+                     committing.eq(result_written), commit_bank.eq(result_bank)]
         issue_bank = self.matmul.payload.acc_addr >= half
         for h, count in enumerate(banks):
             up = issue & (issue_bank == h)

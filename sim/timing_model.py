@@ -21,7 +21,7 @@ What each block contributes (see the RTL for the reasons):
 * weight loader: a row into the shadow weights per cycle until a whole tile waits there;
   a vector flagged ``new_tile`` waits for it (a weight-stall cycle);
 * datapath: the UB read (1 cycle) and a feed queue that keeps at most 3 rows in flight;
-  ``rows + cols`` cycles through the matrix unit; 1 more to commit into the accumulators;
+  ``rows + cols`` cycles through the matrix unit; 2 more to commit into the accumulators;
   the activation unit's latency (7, or ``cols * (activation_steps + 1) + 3`` for the
   lane-serial unit, which takes a row only when it is empty);
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
@@ -70,8 +70,7 @@ class CoreTiming:
         self.reading = None                      # (new_tile, acc half) of the UB read
         self.feed = deque()
         self.pipe = [None] * (cfg.rows + cfg.cols)
-        self.pending = False
-        self.committing = None                   # accumulator half being committed
+        self.committing = [None, None]           # accumulator halves of writes in flight
         self.banks = [0, 0]
         self.activating = False
         self.act_stages = [False] * activation_latency(cfg)   # rows taken 1, 2, ... ago
@@ -91,7 +90,7 @@ class CoreTiming:
     def _snapshot(self):
         return (self.remaining, self.have_row, self.fifo_inner, self.fifo_out, self.tile_ready,
                 self.load_index, self.reading, tuple(self.feed), tuple(self.pipe),
-                self.pending, self.committing, tuple(self.banks), self.activating,
+                tuple(self.committing), tuple(self.banks), self.activating,
                 tuple(self.act_stages), tuple(map(tuple, self.server.values())),
                 self.issuer_left,
                 self.dma_busy, self.dma_requested, self.dma_answered)
@@ -99,7 +98,8 @@ class CoreTiming:
     def _status(self):
         """The datapath's status seen by the sequencer in this cycle."""
         matmul_busy = (self.reading is not None or bool(self.feed) or
-                       any(p is not None for p in self.pipe) or self.pending)
+                       any(p is not None for p in self.pipe) or
+                       any(c is not None for c in self.committing))
         activate_busy = self.activating or any(self.act_stages) or self.issuer_left != 0
         reader_busy = self.remaining != 0 or self.have_row
         return matmul_busy, activate_busy, reader_busy
@@ -191,9 +191,8 @@ class CoreTiming:
         self.tile_ready = last_row or (self.tile_ready and not switch)
 
         result = self.pipe[-1]
-        committing = self.committing
-        self.pending = result is not None
-        self.committing = result
+        committing = self.committing[-1]
+        self.committing = [result] + self.committing[:-1]
         self.pipe = [head[1] if accepted else None] + self.pipe[:-1]
         if accepted:
             self.feed.popleft()

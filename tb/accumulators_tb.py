@@ -31,21 +31,28 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None):
             write = {"addr": address(), "data": values(), "accumulate": int(rng.random() < 0.7)}
         schedule.append((read, write))
 
-    # Everything a request in cycle t causes is seen in cycle t + 1: the read data, the
-    # overflow of a write (it commits then) and range_error. A read sees every write
-    # requested in an earlier cycle.
-    expected = []
-    for read, write in schedule:
-        flags = {"overflow": 0, "range_error": 0}
-        data = None
+    schedule.append((None, None))      # a last cycle to see the last write's overflow
+
+    # A read or a write's range_error shows in cycle t + 1; a write requested in cycle t
+    # commits in cycle t + 2 (its overflow shows then), and reads requested from then on
+    # see it.
+    expected = [(None, {"overflow": 0, "range_error": 0}) for _ in schedule]
+    in_flight = []
+    for cycle, (read, write) in enumerate(schedule):
+        while in_flight and in_flight[0][0] <= cycle - 2:
+            requested, old = in_flight.pop(0)
+            expected[requested + 1][1]["overflow"] = int(model.write(
+                old["addr"], old["data"], bool(old["accumulate"])))
         if read is not None:
-            data = model.read(read)
-            flags["range_error"] |= int(not model.in_range(read))
+            expected[cycle] = (model.read(read), expected[cycle][1])
+            expected[cycle][1]["range_error"] |= int(not model.in_range(read))
         if write is not None:
-            flags["range_error"] |= int(not model.in_range(write["addr"]))
-            flags["overflow"] = int(model.write(write["addr"], write["data"],
-                                                bool(write["accumulate"])))
-        expected.append((data, flags))
+            expected[cycle][1]["range_error"] |= int(not model.in_range(write["addr"]))
+            in_flight.append((cycle, write))
+    for requested, old in in_flight:
+        if requested + 1 < len(expected):
+            expected[requested + 1][1]["overflow"] = int(model.write(
+                old["addr"], old["data"], bool(old["accumulate"])))
     ports = MemoryPorts(schedule, {"data": ("data", Codec(dut.row_layout).encode),
                                    "accumulate": ("accumulate", int)},
                         flags=("overflow", "range_error"))
