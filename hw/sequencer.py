@@ -182,11 +182,18 @@ class Sequencer(wiring.Component):
         is_op = {code: Signal(name=f"is_{code.name.lower()}") for code in Opcode}
         a_end, b_end = Signal(17), Signal(17)
         static_error = Signal(ErrorCode)
+        count_zero = Signal()            # the count is 0
+        # Which halves of the accumulator memory rows ``a...`` touch.
+        a_in_low_half, a_in_high_half = Signal(), Signal()
+        half = cfg.acc_depth // 2
         decoded = self._static_decode(m, fetched)
         with m.If(load):
-            m.d.sync += [instr.eq(fetched), a_end.eq(fetched.a + fetched.count),
+            fetched_a_end = fetched.a + fetched.count
+            m.d.sync += [instr.eq(fetched), a_end.eq(fetched_a_end),
                          b_end.eq(fetched.b + fetched.count),
-                         static_error.eq(decoded["error"])]
+                         static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
+                         a_in_low_half.eq(fetched.a < half),
+                         a_in_high_half.eq(fetched_a_end > half)]
             m.d.sync += [is_op[code].eq(decoded["is_op"][code]) for code in Opcode]
 
         # --- dynamic checks --------------------------------------------------------------
@@ -197,13 +204,16 @@ class Sequencer(wiring.Component):
         lane = n
         param = flags
         error = Signal(ErrorCode)
+        has_error = Signal()
         dynamic_error = Mux(
             is_op[Opcode.READ_WEIGHTS] & ((tiles + n) > cfg.weight_fifo_tiles + 1),
             ErrorCode.WEIGHT_OVERFLOW,
             Mux(is_op[Opcode.MATMUL] & (n != 0) & switch & (tiles == 0) & (step == 0),
                 ErrorCode.NO_WEIGHTS, ErrorCode.NONE))
         # Per opcode, every static check comes before the dynamic one.
-        m.d.comb += error.eq(Mux(static_error != ErrorCode.NONE, static_error, dynamic_error))
+        m.d.comb += [error.eq(Mux(static_error != ErrorCode.NONE, static_error, dynamic_error)),
+                     has_error.eq((static_error != ErrorCode.NONE) |
+                                  (dynamic_error != ErrorCode.NONE))]
 
         # --- status and counters ---------------------------------------------------------
         running = Signal()
@@ -230,14 +240,9 @@ class Sequencer(wiring.Component):
             """The DMA transfer under way touches ``rows``."""
             return self.dma_busy & overlaps(rows, self.dma_low, self.dma_high)
 
-        half = cfg.acc_depth // 2
-
-        def acc_rows_pending(rows):
-            """Products are still going into accumulator ``rows``."""
-            start, end = rows
-            low = self.acc_bank_busy[0] & (start < half)
-            high = self.acc_bank_busy[1] & (end > half)
-            return low | high
+        # Products are still going into accumulator rows ``a...``.
+        acc_rows_a_pending = ((self.acc_bank_busy[0] & a_in_low_half) |
+                              (self.acc_bank_busy[1] & a_in_high_half))
 
         kind = self.dma_kind
         dma_blocks_matmul = (((kind == DMA_READ_HOST) & dma_overlaps(rows_a)) |       # RAW, UB
@@ -255,8 +260,12 @@ class Sequencer(wiring.Component):
         # ``instr`` moves on keeps it so.
         m.d.comb += [fetch.addr.eq(pc + 2), fetch.en.eq(0)]
 
+        beyond_end = Signal()           # pc is past the instruction memory
+        beyond_last = pc >= cfg.program_depth - 1
+
         def retire():
-            m.d.sync += [pc.eq(pc + 1), step.eq(0), self.instructions.eq(self.instructions + 1)]
+            m.d.sync += [pc.eq(pc + 1), step.eq(0), self.instructions.eq(self.instructions + 1),
+                         beyond_end.eq(beyond_last)]
             m.d.comb += [fetch.en.eq(1), load.eq(1)]
 
         def stop(state):
@@ -267,6 +276,7 @@ class Sequencer(wiring.Component):
             with m.State("Idle"):
                 with m.If(self.start):
                     m.d.sync += [pc.eq(self.start_pc), step.eq(0),
+                                 beyond_end.eq(self.start_pc >= cfg.program_depth),
                                  self.state.eq(CoreState.RUNNING),
                                  self.error.eq(ErrorCode.NONE), self.error_pc.eq(0),
                                  self.cycles.eq(0), self.mxu_busy_cycles.eq(0),
@@ -294,27 +304,36 @@ class Sequencer(wiring.Component):
                     stop(CoreState.ERROR)
 
             with m.State("Run"):
+                # ``is_op`` is one-hot, so each opcode has its own branch, guarded only by
+                # ``go`` (and a nonzero count where it matters): short paths to the
+                # handshakes.
+                go = Signal()
+                moves = Signal()         # go, for an instruction whose count is not 0
+                m.d.comb += [go.eq(~self.abort_run & ~beyond_end & ~has_error),
+                             moves.eq(go & ~count_zero)]
                 with m.If(self.abort_run):
                     m.d.comb += self.dma_cancel.eq(1)
                     stop(CoreState.IDLE)
-                with m.Elif(pc >= cfg.program_depth):
+                with m.Elif(beyond_end):
                     m.d.sync += [self.error.eq(ErrorCode.PROGRAM_END), self.error_pc.eq(pc)]
                     m.next = "Drain"
-                with m.Elif(error != ErrorCode.NONE):
+                with m.Elif(has_error):
                     m.d.sync += [self.error.eq(error), self.error_pc.eq(pc)]
                     m.next = "Drain"
-                with m.Elif(is_op[Opcode.NOP]):
+                with m.If(go & is_op[Opcode.NOP]):
                     retire()
-                with m.Elif(is_op[Opcode.HALT]):
+                with m.If(go & is_op[Opcode.HALT]):
                     with m.If(all_idle):
                         m.d.sync += self.instructions.eq(self.instructions + 1)
                         stop(CoreState.HALTED)
-                with m.Elif(is_op[Opcode.SYNC]):
+                with m.If(go & is_op[Opcode.SYNC]):
                     with m.If(all_idle):
                         retire()
-                with m.Elif((n == 0) & ~is_op[Opcode.CONFIG]):
+                with m.If(go & count_zero & (is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST] |
+                                             is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] |
+                                             is_op[Opcode.ACTIVATE])):
                     retire()     # a zero count does nothing (CONFIG's count is a lane)
-                with m.Elif(is_op[Opcode.CONFIG]):
+                with m.If(go & is_op[Opcode.CONFIG]):
                     with m.If(~self.activate_busy):
                         retire()
                         with m.Switch(param):
@@ -329,11 +348,11 @@ class Sequencer(wiring.Component):
                                 m.d.sync += params.zero_point.eq(value)
                             with m.Case(int(ConfigParam.RELU)):
                                 m.d.sync += params.relu.eq(value[0])
-                with m.Elif(is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST]):
+                with m.If(moves & (is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST])):
                     # Handed to the host DMA engine, which moves the rows while the
                     # sequencer goes on; instructions that touch those rows wait for it.
                     with m.If(~self.activate_busy &
-                              ~(is_op[Opcode.WRITE_HOST] & from_acc & acc_rows_pending(rows_a))):
+                              ~(is_op[Opcode.WRITE_HOST] & from_acc & acc_rows_a_pending)):
                         m.d.comb += [
                             self.dma_request.valid.eq(1),
                             self.dma_request.payload.kind.eq(
@@ -344,14 +363,14 @@ class Sequencer(wiring.Component):
                         ]
                         with m.If(self.dma_request.ready):
                             retire()
-                with m.Elif(is_op[Opcode.READ_WEIGHTS]):
+                with m.If(moves & is_op[Opcode.READ_WEIGHTS]):
                     m.d.comb += [self.weight_request.valid.eq(1),
                                  self.weight_request.payload.tile.eq(a),
                                  self.weight_request.payload.tiles.eq(n)]
                     with m.If(self.weight_request.ready):
                         m.d.sync += tiles.eq(tiles + n)
                         retire()
-                with m.Elif(is_op[Opcode.MATMUL]):
+                with m.If(moves & is_op[Opcode.MATMUL]):
                     with m.If(~activation_blocks_matmul & ~dma_blocks_matmul):
                         m.d.comb += [
                             self.matmul.valid.eq(1),
@@ -366,8 +385,8 @@ class Sequencer(wiring.Component):
                                 m.d.sync += tiles.eq(tiles - 1)
                             with m.If(last_step):
                                 retire()
-                with m.Elif(is_op[Opcode.ACTIVATE]):
-                    with m.If(~acc_rows_pending(rows_a) & ~dma_blocks_activate):
+                with m.If(moves & is_op[Opcode.ACTIVATE]):
+                    with m.If(~acc_rows_a_pending & ~dma_blocks_activate):
                         m.d.comb += [self.activate_request.valid.eq(1),
                                      self.activate_request.payload.acc_addr.eq(a),
                                      self.activate_request.payload.ub_addr.eq(b),
