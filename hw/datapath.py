@@ -66,7 +66,7 @@ class Datapath(wiring.Component):
         them).
 
     Latency: a ``matmul`` command accepted in cycle ``t`` has its accumulator row written at
-    the end of cycle ``t + 3 + rows + cols`` (:attr:`matmul_latency`); an ``activate``
+    the end of cycle ``t + 4 + rows + cols`` (:attr:`matmul_latency`); an ``activate``
     accepted in cycle ``t`` writes its UB row at the end of cycle ``t + 1 + L``
     (:attr:`activate_latency`), where ``L`` is the activation unit's latency (7; with
     ``cfg.activation_steps``, ``cols * (steps + 1) + 3``, and the next ``activate`` is taken
@@ -102,7 +102,7 @@ class Datapath(wiring.Component):
 
     @property
     def matmul_latency(self):
-        return 3 + self._cfg.rows + self._cfg.cols
+        return 4 + self._cfg.rows + self._cfg.cols
 
     @property
     def activate_latency(self):

@@ -45,8 +45,8 @@ class Sequencer(wiring.Component):
     (:class:`~tpuer.hw.activation_issuer.ActivationIssuer`) does, so host transfers and
     requantisation overlap products. MATMUL rows stream one per cycle and
     consecutive instructions follow without a gap: the instruction under way is decoded from
-    a register while the instruction memory already holds the next one. A run begins with
-    one cycle that fills this fetch stage.
+    a register while the next one waits in another and the instruction memory
+    already reads the one after. A run begins with two cycles that fill this fetch stage.
 
     Members
     -------
@@ -133,26 +133,30 @@ class Sequencer(wiring.Component):
                     ConfigParam.RELU: (0, 1)}.items():
                 with m.Case(int(p)):
                     m.d.comb += [config_low.eq(low), config_high.eq(high)]
-        checks = [
-            (~Cat(*(is_op[code] for code in Opcode)).any(), ErrorCode.BAD_OPCODE),
-            (instr.reserved != 0, ErrorCode.BAD_FIELD),
-            (is_op[Opcode.CONFIG] & (flags > max(ConfigParam)), ErrorCode.BAD_FIELD),
-            (~is_op[Opcode.CONFIG] & ((flags & ~defined_flags) != 0), ErrorCode.BAD_FIELD),
-            (is_op[Opcode.READ_HOST] & ub_over(a), ErrorCode.UB_RANGE),
-            (is_op[Opcode.WRITE_HOST] & from_acc & acc_over(a), ErrorCode.ACC_RANGE),
-            (is_op[Opcode.WRITE_HOST] & ~from_acc & ub_over(a), ErrorCode.UB_RANGE),
-            (is_op[Opcode.READ_WEIGHTS] & ((a + n) > cfg.weight_tiles), ErrorCode.WEIGHT_RANGE),
-            (is_op[Opcode.MATMUL] & ub_over(a), ErrorCode.UB_RANGE),
-            (is_op[Opcode.MATMUL] & acc_over(b), ErrorCode.ACC_RANGE),
-            (is_op[Opcode.ACTIVATE] & acc_over(a), ErrorCode.ACC_RANGE),
-            (is_op[Opcode.ACTIVATE] & ub_over(b), ErrorCode.UB_RANGE),
-            (is_op[Opcode.CONFIG] & (n != ALL_LANES) & (n >= cfg.cols), ErrorCode.BAD_CONFIG),
-            (is_op[Opcode.CONFIG] & ((value < config_low) | (value > config_high)),
-             ErrorCode.BAD_CONFIG),
-        ]
-        chosen = ErrorCode.NONE
-        for condition, code in reversed(checks):   # the first failing check wins
-            chosen = Mux(condition, code, chosen)
+        # The opcode is one-hot (or no opcode at all): each opcode's checks in parallel,
+        # in their order, then the checks every instruction has before them.
+        none = ErrorCode.NONE
+        per_opcode = {
+            Opcode.READ_HOST: Mux(ub_over(a), ErrorCode.UB_RANGE, none),
+            Opcode.WRITE_HOST: Mux(from_acc, Mux(acc_over(a), ErrorCode.ACC_RANGE, none),
+                                   Mux(ub_over(a), ErrorCode.UB_RANGE, none)),
+            Opcode.READ_WEIGHTS: Mux((a + n) > cfg.weight_tiles, ErrorCode.WEIGHT_RANGE, none),
+            Opcode.MATMUL: Mux(ub_over(a), ErrorCode.UB_RANGE,
+                               Mux(acc_over(b), ErrorCode.ACC_RANGE, none)),
+            Opcode.ACTIVATE: Mux(acc_over(a), ErrorCode.ACC_RANGE,
+                                 Mux(ub_over(b), ErrorCode.UB_RANGE, none)),
+            Opcode.CONFIG: Mux(((n != ALL_LANES) & (n >= cfg.cols)) |
+                               (value < config_low) | (value > config_high),
+                               ErrorCode.BAD_CONFIG, none),
+        }
+        opcode_error = 0
+        for code, check in per_opcode.items():
+            opcode_error = opcode_error | Mux(is_op[code], check, none)
+        bad_flags = ((is_op[Opcode.CONFIG] & (flags > max(ConfigParam))) |
+                     (~is_op[Opcode.CONFIG] & ((flags & ~defined_flags) != 0)))
+        chosen = Mux(~Cat(*(is_op[code] for code in Opcode)).any(), ErrorCode.BAD_OPCODE,
+                     Mux((instr.reserved != 0) | bad_flags, ErrorCode.BAD_FIELD,
+                         opcode_error))
         return {"is_op": is_op, "error": chosen}
 
     def elaborate(self, platform):
@@ -173,11 +177,13 @@ class Sequencer(wiring.Component):
         # --- fetch and static decode -----------------------------------------------------
         # The instruction under way sits in a register (``instr``) with what can be told
         # from it alone: the one-hot opcode, the ends ``a + n`` and ``b + n`` and the
-        # static error. The memory's output always holds the instruction after it, so an
-        # instruction retires into the next without a gap while the memory's slow output
-        # only ever goes into registers.
-        fetched = data.View(INSTRUCTION_LAYOUT, fetch.data)
-        load = Signal()                 # ``instr`` takes the memory's output this cycle
+        # static error. The next instruction waits in a register (``upcoming``), the one
+        # after it on the memory's output, so an instruction retires into the next without
+        # a gap while the memory's slow output only ever goes into a register and the
+        # decoding starts from one.
+        upcoming = Signal(INSTRUCTION_BITS)
+        fetched = data.View(INSTRUCTION_LAYOUT, upcoming)
+        load = Signal()                 # ``instr`` takes ``upcoming``, which takes the memory
         instr = Signal(INSTRUCTION_LAYOUT)
         is_op = {code: Signal(name=f"is_{code.name.lower()}") for code in Opcode}
         a_end, b_end = Signal(17), Signal(17)
@@ -188,6 +194,7 @@ class Sequencer(wiring.Component):
         half = cfg.acc_depth // 2
         decoded = self._static_decode(m, fetched)
         with m.If(load):
+            m.d.sync += upcoming.eq(fetch.data)
             fetched_a_end = fetched.a + fetched.count
             m.d.sync += [instr.eq(fetched), a_end.eq(fetched_a_end),
                          b_end.eq(fetched.b + fetched.count),
@@ -256,9 +263,9 @@ class Sequencer(wiring.Component):
                                dma_overlaps(rows_b))                                 # WAW/WAR, UB
         last_step = step + 1 == n
 
-        # The memory's output is the instruction after ``instr``: reading ``pc + 2`` when
-        # ``instr`` moves on keeps it so.
-        m.d.comb += [fetch.addr.eq(pc + 2), fetch.en.eq(0)]
+        # The memory's output is the instruction two after ``instr``: reading ``pc + 3``
+        # when ``instr`` moves on keeps it so.
+        m.d.comb += [fetch.addr.eq(pc + 3), fetch.en.eq(0)]
 
         beyond_end = Signal()           # pc is past the instruction memory
         beyond_last = pc >= cfg.program_depth - 1
@@ -282,12 +289,22 @@ class Sequencer(wiring.Component):
                                  self.cycles.eq(0), self.mxu_busy_cycles.eq(0),
                                  self.weight_stall_cycles.eq(0), self.instructions.eq(0)]
                     m.d.comb += [fetch.addr.eq(self.start_pc), fetch.en.eq(1)]
+                    m.next = "Fill"
+
+            # Two cycles fill the fetch stage: the first instruction into ``upcoming``, then
+            # into ``instr`` while the second goes into ``upcoming`` and the third onto the
+            # memory's output.
+            with m.State("Fill"):
+                m.d.comb += [fetch.addr.eq(pc + 1), fetch.en.eq(1)]
+                m.d.sync += upcoming.eq(fetch.data)
+                with m.If(self.abort_run):
+                    m.d.comb += self.dma_cancel.eq(1)
+                    stop(CoreState.IDLE)
+                with m.Else():
                     m.next = "Prime"
 
             with m.State("Prime"):
-                # One cycle to fill the fetch stage: the first instruction into ``instr``,
-                # the second onto the memory's output.
-                m.d.comb += [fetch.addr.eq(pc + 1), fetch.en.eq(1), load.eq(1)]
+                m.d.comb += [fetch.addr.eq(pc + 2), fetch.en.eq(1), load.eq(1)]
                 with m.If(self.abort_run):
                     m.d.comb += self.dma_cancel.eq(1)
                     stop(CoreState.IDLE)

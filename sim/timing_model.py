@@ -11,7 +11,7 @@ taken at once.
 
 What each block contributes (see the RTL for the reasons):
 
-* sequencer: one cycle to fill its fetch stage when a run starts, then one cycle per
+* sequencer: two cycles to fill its fetch stage when a run starts, then one cycle per
   instruction, one per MATMUL or ACTIVATE row; waits as listed
   in :class:`~tpuer.hw.sequencer.Sequencer`; an error first drains earlier work;
 * weight reader: a request is taken when the previous one has issued its last read; one
@@ -253,8 +253,9 @@ class CoreTiming:
         counters = Timing(cycles=0, mxu_busy_cycles=0, weight_stall_cycles=0, instructions=0)
         index, step, draining = 0, 0, False
         rows_left = host_rows
-        rows_left -= self._step({}, rows_left)["host_rows"]   # the fetch stage fills
-        counters["cycles"] += 1
+        for _ in range(2):                    # the sequencer fills its fetch stage
+            rows_left -= self._step({}, rows_left)["host_rows"]
+            counters["cycles"] += 1
         while True:
             if counters["cycles"] >= max_cycles:
                 raise RuntimeError(f"the timing model ran {max_cycles} cycles: a hang?")
