@@ -65,3 +65,20 @@ def test_network_demo_on_verilator_equals_the_reference():
 def test_demo_refuses_bad_arguments():
     assert "--samples must be between 1 and 360, not 0" in tpuer("demo", "--samples", "0").stderr
     assert "--clock-mhz must be positive" in tpuer("demo", "--clock-mhz", "0").stderr
+
+
+def test_verilog_takes_every_configuration_field_and_refuses_a_bad_one():
+    """Every Config field is an option; the lane-serial activation unit is chosen by
+    --activation-steps, and a value the configuration refuses is an error that says so."""
+    from dataclasses import fields
+    from tpuer import Config
+    help_text = tpuer("verilog", "--help").stdout
+    for field in fields(Config):
+        assert f"--{field.name.replace('_', '-')}" in help_text
+    serial = tpuer("verilog", "--block", "activation", "--rows", "2", "--cols", "2",
+                   "--activation-steps", "4")
+    assert serial.returncode == 0, serial.stderr
+    parallel = tpuer("verilog", "--block", "activation", "--rows", "2", "--cols", "2")
+    assert "digits" in serial.stdout and "digits" not in parallel.stdout
+    bad = tpuer("verilog", "--block", "activation", "--activation-steps", "3")
+    assert bad.returncode != 0 and "activation_steps must be 0" in bad.stderr

@@ -18,6 +18,8 @@ _CONFIG_OPTIONS = [
     ("weight_fifo_tiles", "Weight FIFO depth in tiles"),
     ("weight_tiles", "tiles in the weight memory"),
     ("program_depth", "instructions in the instruction memory"),
+    ("activation_steps", "0: every activation lane at once; 1-32: one lane at a time, its "
+                         "multiplication in that many steps"),
 ]
 
 
