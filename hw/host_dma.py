@@ -65,8 +65,9 @@ class HostDMA(wiring.Component):
         # are taken and dropped before the next transfer starts, so none reaches it.
         stale = Signal(16)
         stale_from_acc = Signal()
+        high = Signal.like(self.high)        # base + count, kept in a register
         m.d.comb += [self.request.ready.eq(~self.busy & (stale == 0)), self.low.eq(base),
-                     self.high.eq(base + count)]
+                     self.high.eq(high)]
         with m.If(stale != 0):
             m.d.comb += [self.host_acc_data.ready.eq(stale_from_acc),
                          self.host_data.ready.eq(~stale_from_acc)]
@@ -77,6 +78,7 @@ class HostDMA(wiring.Component):
                          self.kind.eq(self.request.payload.kind),
                          base.eq(self.request.payload.addr),
                          count.eq(self.request.payload.count),
+                         high.eq(self.request.payload.addr + self.request.payload.count),
                          requested.eq(0), answered.eq(0)]
 
         reading_host = self.busy & (self.kind == DMA_READ_HOST)

@@ -263,6 +263,25 @@ class Sequencer(wiring.Component):
                                dma_overlaps(rows_b))                                 # WAW/WAR, UB
         last_step = step + 1 == n
 
+        # Every command's payload comes straight from the instruction (only ``valid`` waits
+        # for the checks), so the hazard logic is not on the payloads' paths.
+        m.d.comb += [
+            self.dma_request.payload.kind.eq(
+                Mux(is_op[Opcode.READ_HOST], DMA_READ_HOST,
+                    Mux(from_acc, DMA_WRITE_ACC, DMA_WRITE_UB))),
+            self.dma_request.payload.addr.eq(a),
+            self.dma_request.payload.count.eq(n),
+            self.weight_request.payload.tile.eq(a),
+            self.weight_request.payload.tiles.eq(n),
+            self.matmul.payload.ub_addr.eq(a + step),
+            self.matmul.payload.acc_addr.eq(b + step),
+            self.matmul.payload.accumulate.eq(flags[0]),
+            self.matmul.payload.new_tile.eq(switch & (step == 0)),
+            self.activate_request.payload.acc_addr.eq(a),
+            self.activate_request.payload.ub_addr.eq(b),
+            self.activate_request.payload.count.eq(n),
+        ]
+
         # The memory's output is the instruction two after ``instr``: reading ``pc + 3``
         # when ``instr`` moves on keeps it so.
         m.d.comb += [fetch.addr.eq(pc + 3), fetch.en.eq(0)]
@@ -370,32 +389,17 @@ class Sequencer(wiring.Component):
                     # sequencer goes on; instructions that touch those rows wait for it.
                     with m.If(~self.activate_busy &
                               ~(is_op[Opcode.WRITE_HOST] & from_acc & acc_rows_a_pending)):
-                        m.d.comb += [
-                            self.dma_request.valid.eq(1),
-                            self.dma_request.payload.kind.eq(
-                                Mux(is_op[Opcode.READ_HOST], DMA_READ_HOST,
-                                    Mux(from_acc, DMA_WRITE_ACC, DMA_WRITE_UB))),
-                            self.dma_request.payload.addr.eq(a),
-                            self.dma_request.payload.count.eq(n),
-                        ]
+                        m.d.comb += self.dma_request.valid.eq(1)
                         with m.If(self.dma_request.ready):
                             retire()
                 with m.If(moves & is_op[Opcode.READ_WEIGHTS]):
-                    m.d.comb += [self.weight_request.valid.eq(1),
-                                 self.weight_request.payload.tile.eq(a),
-                                 self.weight_request.payload.tiles.eq(n)]
+                    m.d.comb += self.weight_request.valid.eq(1)
                     with m.If(self.weight_request.ready):
                         m.d.sync += tiles.eq(tiles + n)
                         retire()
                 with m.If(moves & is_op[Opcode.MATMUL]):
                     with m.If(~activation_blocks_matmul & ~dma_blocks_matmul):
-                        m.d.comb += [
-                            self.matmul.valid.eq(1),
-                            self.matmul.payload.ub_addr.eq(a + step),
-                            self.matmul.payload.acc_addr.eq(b + step),
-                            self.matmul.payload.accumulate.eq(flags[0]),
-                            self.matmul.payload.new_tile.eq(switch & (step == 0)),
-                        ]
+                        m.d.comb += self.matmul.valid.eq(1)
                         with m.If(self.matmul.ready):
                             m.d.sync += step.eq(step + 1)
                             with m.If(switch & (step == 0)):
@@ -404,10 +408,7 @@ class Sequencer(wiring.Component):
                                 retire()
                 with m.If(moves & is_op[Opcode.ACTIVATE]):
                     with m.If(~acc_rows_a_pending & ~dma_blocks_activate):
-                        m.d.comb += [self.activate_request.valid.eq(1),
-                                     self.activate_request.payload.acc_addr.eq(a),
-                                     self.activate_request.payload.ub_addr.eq(b),
-                                     self.activate_request.payload.count.eq(n)]
+                        m.d.comb += self.activate_request.valid.eq(1)
                         with m.If(self.activate_request.ready):
                             retire()
         return m
