@@ -1,6 +1,6 @@
 """Systolic data setup: the diagonal skew into the array and the de-skew out of it."""
 
-from amaranth.hdl import Module, Shape, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -313,22 +313,18 @@ class Sequencer(wiring.Component):
             # Two cycles fill the fetch stage: the first instruction into ``upcoming``, then
             # into ``instr`` while the second goes into ``upcoming`` and the third onto the
             # memory's output.
-            with m.State("Fill"):
-                m.d.comb += [fetch.addr.eq(pc + 1), fetch.en.eq(1)]
-                m.d.sync += upcoming.eq(fetch.data)
-                with m.If(self.abort_run):
-                    m.d.comb += self.dma_cancel.eq(1)
-                    stop(CoreState.IDLE)
-                with m.Else():
-                    m.next = "Prime"
-
-            with m.State("Prime"):
-                m.d.comb += [fetch.addr.eq(pc + 2), fetch.en.eq(1), load.eq(1)]
-                with m.If(self.abort_run):
-                    m.d.comb += self.dma_cancel.eq(1)
-                    stop(CoreState.IDLE)
-                with m.Else():
-                    m.next = "Run"
+            for state, ahead, following in (("Fill", 1, "Prime"), ("Prime", 2, "Run")):
+                with m.State(state):
+                    m.d.comb += [fetch.addr.eq(pc + ahead), fetch.en.eq(1)]
+                    if state == "Fill":
+                        m.d.sync += upcoming.eq(fetch.data)
+                    else:
+                        m.d.comb += load.eq(1)
+                    with m.If(self.abort_run):
+                        m.d.comb += self.dma_cancel.eq(1)
+                        stop(CoreState.IDLE)
+                    with m.Else():
+                        m.next = following
 
             with m.State("Drain"):
                 # Earlier instructions finish (host transfers included) before the error

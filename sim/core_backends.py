@@ -6,7 +6,6 @@ import pickle
 import tempfile
 from pathlib import Path
 
-from ..isa import CoreState, ErrorCode
 from .isa_model import CoreModel
 
 __all__ = ["BACKENDS", "make_backend"]

@@ -5,8 +5,6 @@ the memory ports."""
 
 import random
 
-import numpy as np
-
 from ..hw.datapath import Datapath
 from ..sim.datapath_model import DatapathModel
 from .activation_tb import random_params

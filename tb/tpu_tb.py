@@ -7,8 +7,8 @@ import random
 import numpy as np
 
 from .. import isa
-from ..isa import CoreState, ErrorCode
-from ..protocol import Command, Memory, Reply, decode_replies, encode, header
+from ..isa import CoreState
+from ..protocol import Command, Memory, decode_replies, encode, header
 from ..sim.isa_model import CoreModel
 from .core_tb import clearing_program, dump_program, random_program
 from .harness import StreamSink, StreamSource, TestbenchError, run_cycles
