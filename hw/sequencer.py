@@ -109,8 +109,9 @@ class Sequencer(wiring.Component):
 
     def _static_decode(self, m, instr):
         """What can be told from instruction word ``instr`` alone: ``is_op`` (a bit per
-        :class:`Opcode`) and ``error``, the first failing check that does not depend on
-        the core's state (the ones that do are in :meth:`elaborate`)."""
+        :class:`Opcode`), the ends ``a_end = a + count`` and ``b_end = b + count``, and
+        ``error``, the first failing check that does not depend on the core's state (the
+        ones that do are in :meth:`elaborate`)."""
         cfg = self._cfg
         op, flags, a, b, n = instr.opcode, instr.flags, instr.a, instr.b, instr.count
         is_op = {code: op == code.value for code in Opcode}
@@ -118,8 +119,9 @@ class Sequencer(wiring.Component):
         m.d.comb += defined_flags.eq(
             Mux(is_op[Opcode.MATMUL], MatmulFlag.ACCUMULATE | MatmulFlag.SWITCH,
                 Mux(is_op[Opcode.WRITE_HOST], WriteHostFlag.FROM_ACC, 0)))
-        ub_over = lambda start: (start + n) > cfg.ub_depth
-        acc_over = lambda start: (start + n) > cfg.acc_depth
+        a_end, b_end = a + n, b + n
+        ub_over = lambda end: end > cfg.ub_depth
+        acc_over = lambda end: end > cfg.acc_depth
         from_acc = flags[0]
         value = Cat(a, b).as_signed()
         config_low = Signal(signed(33))
@@ -137,14 +139,14 @@ class Sequencer(wiring.Component):
         # in their order, then the checks every instruction has before them.
         none = ErrorCode.NONE
         per_opcode = {
-            Opcode.READ_HOST: Mux(ub_over(a), ErrorCode.UB_RANGE, none),
-            Opcode.WRITE_HOST: Mux(from_acc, Mux(acc_over(a), ErrorCode.ACC_RANGE, none),
-                                   Mux(ub_over(a), ErrorCode.UB_RANGE, none)),
-            Opcode.READ_WEIGHTS: Mux((a + n) > cfg.weight_tiles, ErrorCode.WEIGHT_RANGE, none),
-            Opcode.MATMUL: Mux(ub_over(a), ErrorCode.UB_RANGE,
-                               Mux(acc_over(b), ErrorCode.ACC_RANGE, none)),
-            Opcode.ACTIVATE: Mux(acc_over(a), ErrorCode.ACC_RANGE,
-                                 Mux(ub_over(b), ErrorCode.UB_RANGE, none)),
+            Opcode.READ_HOST: Mux(ub_over(a_end), ErrorCode.UB_RANGE, none),
+            Opcode.WRITE_HOST: Mux(from_acc, Mux(acc_over(a_end), ErrorCode.ACC_RANGE, none),
+                                   Mux(ub_over(a_end), ErrorCode.UB_RANGE, none)),
+            Opcode.READ_WEIGHTS: Mux(a_end > cfg.weight_tiles, ErrorCode.WEIGHT_RANGE, none),
+            Opcode.MATMUL: Mux(ub_over(a_end), ErrorCode.UB_RANGE,
+                               Mux(acc_over(b_end), ErrorCode.ACC_RANGE, none)),
+            Opcode.ACTIVATE: Mux(acc_over(a_end), ErrorCode.ACC_RANGE,
+                                 Mux(ub_over(b_end), ErrorCode.UB_RANGE, none)),
             Opcode.CONFIG: Mux(((n != ALL_LANES) & (n >= cfg.cols)) |
                                (value < config_low) | (value > config_high),
                                ErrorCode.BAD_CONFIG, none),
@@ -157,7 +159,7 @@ class Sequencer(wiring.Component):
         chosen = Mux(~Cat(*(is_op[code] for code in Opcode)).any(), ErrorCode.BAD_OPCODE,
                      Mux((instr.reserved != 0) | bad_flags, ErrorCode.BAD_FIELD,
                          opcode_error))
-        return {"is_op": is_op, "error": chosen}
+        return {"is_op": is_op, "a_end": a_end, "b_end": b_end, "error": chosen}
 
     def elaborate(self, platform):
         cfg = self._cfg
@@ -195,12 +197,11 @@ class Sequencer(wiring.Component):
         decoded = self._static_decode(m, fetched)
         with m.If(load):
             m.d.sync += upcoming.eq(fetch.data)
-            fetched_a_end = fetched.a + fetched.count
-            m.d.sync += [instr.eq(fetched), a_end.eq(fetched_a_end),
-                         b_end.eq(fetched.b + fetched.count),
+            m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
+                         b_end.eq(decoded["b_end"]),
                          static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
                          a_in_low_half.eq(fetched.a < half),
-                         a_in_high_half.eq(fetched_a_end > half)]
+                         a_in_high_half.eq(decoded["a_end"] > half)]
             m.d.sync += [is_op[code].eq(decoded["is_op"][code]) for code in Opcode]
 
         # --- dynamic checks --------------------------------------------------------------

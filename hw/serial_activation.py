@@ -73,7 +73,6 @@ class SerialActivationUnit(wiring.Component):
         high = Signal(signed(32))               # stage 3 result of the lane before
         high_valid = Signal()
         high_lane = Signal(range(cols))
-        last_lane = Signal()                    # the lane in ``high`` is the row's last
 
         output_free = ~self.o.valid | self.o.ready
         m.d.comb += [self.i.ready.eq(~running & output_free),
@@ -111,14 +110,13 @@ class SerialActivationUnit(wiring.Component):
         product = Cat(low_part, high_part[:32]).as_signed()
         m.d.sync += high_valid.eq(product_ready)
         with m.If(product_ready):
-            m.d.sync += [high.eq(high_half(m, cfg, product)), high_lane.eq(product_lane),
-                         last_lane.eq(product_lane == cols - 1)]
+            m.d.sync += [high.eq(high_half(m, cfg, product)), high_lane.eq(product_lane)]
         with m.If(high_valid):
             out = rounded_output(m, cfg, high, p.shift[high_lane], p.zero_point, p.relu)
             with m.Switch(high_lane):
                 for index in range(cols):
                     with m.Case(index):
                         m.d.sync += self.o.payload.data[index].eq(out)
-            with m.If(last_lane):
+            with m.If(high_lane == cols - 1):      # the row's last lane
                 m.d.sync += [self.o.valid.eq(1), self.o.payload.tag.eq(tag), running.eq(0)]
         return m

@@ -38,21 +38,22 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None):
     # see it.
     expected = [(None, {"overflow": 0, "range_error": 0}) for _ in schedule]
     in_flight = []
+
+    def commit(requested, write):
+        expected[requested + 1][1]["overflow"] = int(model.write(
+            write["addr"], write["data"], bool(write["accumulate"])))
+
     for cycle, (read, write) in enumerate(schedule):
         while in_flight and in_flight[0][0] <= cycle - 2:
-            requested, old = in_flight.pop(0)
-            expected[requested + 1][1]["overflow"] = int(model.write(
-                old["addr"], old["data"], bool(old["accumulate"])))
+            commit(*in_flight.pop(0))
         if read is not None:
             expected[cycle] = (model.read(read), expected[cycle][1])
             expected[cycle][1]["range_error"] |= int(not model.in_range(read))
         if write is not None:
             expected[cycle][1]["range_error"] |= int(not model.in_range(write["addr"]))
             in_flight.append((cycle, write))
-    for requested, old in in_flight:
-        if requested + 1 < len(expected):
-            expected[requested + 1][1]["overflow"] = int(model.write(
-                old["addr"], old["data"], bool(old["accumulate"])))
+    for requested, write in in_flight:     # still in flight when the schedule ends
+        commit(requested, write)
     ports = MemoryPorts(schedule, {"data": ("data", Codec(dut.row_layout).encode),
                                    "accumulate": ("accumulate", int)},
                         flags=("overflow", "range_error"))
