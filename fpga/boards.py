@@ -55,7 +55,7 @@ BOARDS = {b.name: b for b in [
     Board("icebreaker", "1BitSquared iCEBreaker (iCE40UP5K)", "ice40",
           ("icebreaker", "ICEBreakerPlatform"), 24.0,
           Config(rows=4, cols=4, ub_depth=256, acc_depth=128, weight_tiles=32,
-                 program_depth=512, weight_fifo_tiles=2, activation_steps=4),
+                 program_depth=512, weight_fifo_tiles=2, activation_steps=32),
           "iceprog", "ICEPROG", _ICE40_HINT,
           uart_note="the FTDI's second channel (/dev/ttyUSB1 on Linux)"),
     *[Board(f"ulx3s-{size.lower()}", f"Radiona ULX3S ({size}, ECP5 LFE5U-{size})", "ecp5",

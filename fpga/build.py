@@ -89,14 +89,18 @@ def _critical_path(text):
             "ns": max(totals)}
 
 
-def build_board(name, *, rows=None, cols=None, build_dir=None, program=False, say=print):
-    """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols`` if
-    given), write ``report.json`` and ``report.md`` beside it, and return the report.
-    Raises :class:`BuildError` when a tool fails or the clock target is missed."""
+def build_board(name, *, rows=None, cols=None, activation_steps=None, build_dir=None,
+                program=False, say=print):
+    """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols`` and
+    the activation unit's ``activation_steps`` changed if given), write ``report.json`` and
+    ``report.md`` beside it, and return the report. Raises :class:`BuildError` when a tool
+    fails or the clock target is missed, ``ConfigError`` for a bad configuration."""
     board = find_board(name)
     cfg = board.config
     if rows is not None or cols is not None:
         cfg = replace(cfg, rows=rows or cfg.rows, cols=cols or cfg.cols)
+    if activation_steps is not None:
+        cfg = replace(cfg, activation_steps=activation_steps)
     build_dir = Path(build_dir or Path("build") / "fpga" / f"{name}-{cfg.rows}x{cfg.cols}")
     build_dir.mkdir(parents=True, exist_ok=True)
     env = _tool_environment()

@@ -25,7 +25,8 @@ class HostInterface(wiring.Component):
     arrive while the core is not running are dropped, so they cannot block the stream.
     ``READ_MEMORY`` and ``WRITE_MEMORY`` become host DMA transfers on ``memory_request``;
     one that names rows outside the memory, or comes while a program runs, is answered
-    with ``REFUSED`` (and its rows dropped).
+    with ``REFUSED`` (and its rows dropped). So is a ``WRITE_PROGRAM`` while a program
+    runs (its instructions are dropped).
     """
 
     def __init__(self, cfg):
@@ -61,6 +62,7 @@ class HostInterface(wiring.Component):
         rows_mode = Signal(2)
         ROWS_TO_PROGRAM, ROWS_TO_MEMORY, ROWS_DROPPED = 0, 1, 2
         memory_write = Signal()
+        program_refused = Signal()      # the WRITE_PROGRAM under way came while running
         memory_kind = Signal(2)
 
         def int8_lanes(bits, lanes):
@@ -73,6 +75,13 @@ class HostInterface(wiring.Component):
                     m.d.sync += [count.eq(head.count), index.eq(0)]
                     with m.Switch(head.opcode):
                         with m.Case(Command.WRITE_PROGRAM.value):
+                            # A running program cannot be changed: its words are read
+                            # and dropped.
+                            m.d.sync += program_refused.eq(running)
+                            with m.If(running):
+                                m.d.sync += [bad_request.eq(1),
+                                             bad_reply.eq(Reply.REFUSED.value),
+                                             bad_opcode.eq(Command.WRITE_PROGRAM.value)]
                             m.next = "ProgramAddress"
                         with m.Case(Command.WRITE_WEIGHTS.value):
                             m.next = "WeightAddress"
@@ -138,7 +147,8 @@ class HostInterface(wiring.Component):
                 with m.If(took):
                     m.d.comb += [self.program_write_addr.eq(addr),
                                  self.program_write_data.eq(Cat(low, word)),
-                                 self.program_write_en.eq(addr < cfg.program_depth)]
+                                 self.program_write_en.eq((addr < cfg.program_depth) &
+                                                          ~program_refused)]
                     m.d.sync += [addr.eq(addr + 1), count.eq(count - 1)]
                     _goto(m, count == 1, "Header", "ProgramLow")
 

@@ -1,7 +1,7 @@
 """The CISC instruction sequencer: program memory, decoder, hazard checks and issue."""
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import (ALL_LANES, INSTRUCTION_BITS, INSTRUCTION_LAYOUT, ConfigParam, CoreState,
@@ -10,6 +10,7 @@ from .activation import ActivationUnit
 from .activation_issuer import ACTIVATE_REQUEST_LAYOUT
 from .datapath import command_layouts
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
+from .program_memory import ProgramMemory
 
 __all__ = ["Sequencer", "STATUS_SHAPES", "control_shapes"]
 
@@ -51,7 +52,8 @@ class Sequencer(wiring.Component):
     Members
     -------
     program_write_addr, program_write_data, program_write_en : In
-        The host's port into the instruction memory.
+        The host's port into the instruction memory (:class:`ProgramMemory`); ignored
+        while a program runs.
     start, start_pc : In
         A one-cycle ``start`` runs from ``start_pc`` (from any state but ``RUNNING``); it
         clears the error and the counters.
@@ -164,13 +166,12 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        m.submodules.program = program = memory.Memory(
-            shape=INSTRUCTION_BITS, depth=cfg.program_depth, init=[])
-        write = program.write_port()
-        fetch = program.read_port()
-        m.d.comb += [write.addr.eq(self.program_write_addr),
-                     write.data.eq(self.program_write_data),
-                     write.en.eq(self.program_write_en)]
+        m.submodules.program = program = ProgramMemory(cfg.program_depth)
+        # The program cannot change while it runs (the memory may be single-ported).
+        m.d.comb += [program.write_addr.eq(self.program_write_addr),
+                     program.write_data.eq(self.program_write_data),
+                     program.write_en.eq(self.program_write_en &
+                                         (self.state != CoreState.RUNNING))]
 
         pc = Signal(17)                 # index of the instruction in ``instr``
         step = Signal(16)               # rows done of the current instruction
@@ -196,7 +197,7 @@ class Sequencer(wiring.Component):
         half = cfg.acc_depth // 2
         decoded = self._static_decode(m, fetched)
         with m.If(load):
-            m.d.sync += upcoming.eq(fetch.data)
+            m.d.sync += upcoming.eq(program.read_data)
             m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
                          b_end.eq(decoded["b_end"]),
                          static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
@@ -285,7 +286,7 @@ class Sequencer(wiring.Component):
 
         # The memory's output is the instruction two after ``instr``: reading ``pc + 3``
         # when ``instr`` moves on keeps it so.
-        m.d.comb += [fetch.addr.eq(pc + 3), fetch.en.eq(0)]
+        m.d.comb += [program.read_addr.eq(pc + 3), program.read_en.eq(0)]
 
         beyond_end = Signal()           # pc is past the instruction memory
         beyond_last = pc >= cfg.program_depth - 1
@@ -293,7 +294,7 @@ class Sequencer(wiring.Component):
         def retire():
             m.d.sync += [pc.eq(pc + 1), step.eq(0), self.instructions.eq(self.instructions + 1),
                          beyond_end.eq(beyond_last)]
-            m.d.comb += [fetch.en.eq(1), load.eq(1)]
+            m.d.comb += [program.read_en.eq(1), load.eq(1)]
 
         def stop(state):
             m.d.sync += self.state.eq(state)
@@ -308,7 +309,7 @@ class Sequencer(wiring.Component):
                                  self.error.eq(ErrorCode.NONE), self.error_pc.eq(0),
                                  self.cycles.eq(0), self.mxu_busy_cycles.eq(0),
                                  self.weight_stall_cycles.eq(0), self.instructions.eq(0)]
-                    m.d.comb += [fetch.addr.eq(self.start_pc), fetch.en.eq(1)]
+                    m.d.comb += [program.read_addr.eq(self.start_pc), program.read_en.eq(1)]
                     m.next = "Fill"
 
             # Two cycles fill the fetch stage: the first instruction into ``upcoming``, then
@@ -316,9 +317,9 @@ class Sequencer(wiring.Component):
             # memory's output.
             for state, ahead, following in (("Fill", 1, "Prime"), ("Prime", 2, "Run")):
                 with m.State(state):
-                    m.d.comb += [fetch.addr.eq(pc + ahead), fetch.en.eq(1)]
+                    m.d.comb += [program.read_addr.eq(pc + ahead), program.read_en.eq(1)]
                     if state == "Fill":
-                        m.d.sync += upcoming.eq(fetch.data)
+                        m.d.sync += upcoming.eq(program.read_data)
                     else:
                         m.d.comb += load.eq(1)
                     with m.If(self.abort_run):

@@ -166,8 +166,8 @@ def _check_rows(where, got, want, cfg):
 async def bench_memory_commands(io, cfg, rng):
     """READ_MEMORY and WRITE_MEMORY against the model: random rows written and read back
     from both memories, a program that uses them, and every refusal (outside a memory, the
-    accumulators written, reserved bits, a program running), after which the stream and
-    the memories are as the model says."""
+    accumulators written, reserved bits, a program running; a program written while it
+    runs), after which the stream, the program and the memories are as the model says."""
     link, model = await _setup(io, cfg, rng, idle=0.2, stall=0.3)
     where = f"[{io.simulator} tpu {cfg.name}]"
     lo, hi = cfg.operand_min, cfg.operand_max + 1
@@ -201,7 +201,8 @@ async def bench_memory_commands(io, cfg, rng):
     # ... and while a program runs (it waits for its DATA rows, which come afterwards)
     n = min(cfg.ub_depth, 3)
     host_rows = list(rng.integers(lo, hi, (n, cfg.ub_lanes)))
-    program = [isa.read_host(0, n), isa.write_host(0, n), isa.halt()]
+    # (longer than the sequencer fetches ahead, so that an overwrite would be seen)
+    program = [isa.read_host(0, n), *[isa.write_host(0, n)] * 4, isa.halt()]
     link.send(encode.write_program(0, program))
     model.load_program(program)
     first = len(link.replies)
@@ -210,12 +211,15 @@ async def bench_memory_commands(io, cfg, rng):
     link.send(encode.start(0))
     link.send(encode.read_memory(Memory.UNIFIED_BUFFER, 0, 1))
     link.send(encode.write_memory(cfg, 0, [np.full(cfg.ub_lanes, 7)] * n))
+    # The running program overwritten: refused, so it still writes its rows.
+    link.send(encode.write_program(0, [isa.halt()] * len(program)))
     link.send(encode.data(cfg, host_rows))
     while (await link.status())["state"] is CoreState.RUNNING:
         pass
     refused = [value for kind, value in link.replies[first:] if kind == "refused"]
     expected = [Command.WRITE_MEMORY.value] * 2 + [Command.READ_MEMORY.value] + \
-               [Command.READ_MEMORY.value, Command.WRITE_MEMORY.value]
+               [Command.READ_MEMORY.value, Command.WRITE_MEMORY.value,
+                Command.WRITE_PROGRAM.value]
     if refused != expected:
         raise TestbenchError(f"{where} REFUSED replies for {refused}, expected {expected}")
     want = model.run(0, host_in=host_rows)

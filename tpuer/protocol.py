@@ -6,7 +6,8 @@ Every command and every reply starts with a header word: ``count`` in bits 0..23
 opcode in bits 24..31. Payloads:
 
 * ``WRITE_PROGRAM`` (count = n instructions): an address word, then 2n words (each
-  instruction's low word, then its high word).
+  instruction's low word, then its high word). Refused (``REFUSED``, its words read and
+  dropped) while a program runs: a running program cannot change under the sequencer.
 * ``WRITE_WEIGHTS`` (count = n rows): a row-address word, then n weight rows of
   :func:`weight_row_words` words (int8 lanes, four to a word, lane 0 in the low byte).
 * ``START``: a word with the start address. The core runs; rows that WRITE_HOST sends come
@@ -28,7 +29,7 @@ Replies: ``ROW`` (count = lanes): one word per lane, a signed 32-bit value; ``ST
 (count = 6): state | error << 8, error_pc, cycles, MXU-busy cycles, weight-stall cycles,
 instructions; ``BAD_COMMAND`` (count = the opcode received): the header was not a command;
 the interface reads the next word as a header; ``REFUSED`` (count = the opcode): a memory
-command that could not run.
+command, or a program write, that could not run.
 """
 
 import numpy as np
