@@ -232,14 +232,18 @@ def _serve_host_reads(m, name, request, response, read_data, *, blocked):
     """Host reads on a shared memory read port, one per cycle.
 
     A request is taken when ``blocked`` (the datapath's own read) is low and its row is
-    sure to find room in a small answer queue, which holds the rows until ``response``
-    takes them. Returns the signal that is high in the cycle the host's address must be on
+    sure to find room in a two-row answer queue, which holds the rows until ``response``
+    takes them: the rows queued and the one on the port's output, less one taken this
+    cycle, leave room for one more. (A reader that takes every answer at once so gets a row
+    per cycle.) Returns the signal that is high in the cycle the host's address must be on
     the port.
     """
-    queue = fifo.SyncFIFO(width=len(response.payload.as_value()), depth=3)
+    depth = 2
+    queue = fifo.SyncFIFO(width=len(response.payload.as_value()), depth=depth)
     m.submodules[f"{name}_answers"] = queue
     fresh = Signal(name=f"{name}_fresh")     # the port's data is a host row this cycle
-    room = queue.level + fresh < 3
+    taken = queue.r_rdy & response.ready
+    room = queue.level + fresh - taken < depth
     issue = request.valid & ~blocked & room
     m.d.comb += [
         request.ready.eq(~blocked & room),

@@ -26,8 +26,8 @@ What each block contributes (see the RTL for the reasons):
   lane-serial unit, which takes a row only when it is empty);
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
   one per cycle;
-* host DMA engine and the memories' host read servers (3-row answer queues), which yield
-  the memory ports to the datapath.
+* host DMA engine and the memories' host read servers (2-row answer queues, a row taken
+  in the cycle counted as room), which yield the memory ports to the datapath.
 """
 
 from collections import deque
@@ -39,7 +39,7 @@ __all__ = ["CoreTiming", "Timing"]
 
 _READ_HOST, _WRITE_UB, _WRITE_ACC = 0, 1, 2
 _FEED_SLOTS = 3          # the datapath's feed queue: UB reads in flight plus rows queued
-_ANSWER_SLOTS = 3        # a host read server's answer queue
+_ANSWER_SLOTS = 2        # a host read server's answer queue
 
 
 class Timing(dict):
@@ -166,10 +166,12 @@ class CoreTiming:
             name = "acc" if self.dma_kind == _WRITE_ACC else "ub"
             fresh, level = self.server[name]
             blocked = activate_valid if name == "acc" else matmul is not None
-            if self.dma_requested != self.dma_count and not blocked and level + fresh < _ANSWER_SLOTS:
+            taken = level > 0              # the host takes every answer at once
+            if (self.dma_requested != self.dma_count and not blocked and
+                    level + fresh - taken < _ANSWER_SLOTS):
                 server_issue[name] = True
                 dma_requested += 1
-            if level > 0:                  # the host takes every answer at once
+            if taken:
                 server_take[name] = True
                 dma_answered += 1
                 if dma_answered == self.dma_count:
