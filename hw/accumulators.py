@@ -84,7 +84,12 @@ class AccumulatorMemory(wiring.Component):
         s1_data, s2_data = Signal(self.row_layout), Signal(self.row_layout)
         s1_accumulate, s2_accumulate = Signal(), Signal()
         s2_old = Signal(self.row_layout)
+        # Whether the row committed just before a write's commit is its own row: known a
+        # cycle ahead (the write in stage 1, the one before it in stage 2), so no address
+        # comparison sits in front of the adder.
+        s2_forward = Signal()
         m.d.sync += [
+            s2_forward.eq(s2_valid & (s2_addr == s1_addr)),
             s1_valid.eq(self.write_en & write_ok), s1_addr.eq(self.write_addr),
             s1_data.eq(self.write_data), s1_accumulate.eq(self.write_accumulate),
             # Stage 1 (t + 1): the stored row straight into registers.
@@ -95,20 +100,17 @@ class AccumulatorMemory(wiring.Component):
         # Stage 2 (t + 2): add (saturating) or overwrite, and commit. The read in cycle t
         # saw the commits up to cycle t (the port is transparent); the one of cycle t + 1
         # is forwarded from a register.
-        last_valid = Signal()
-        last_addr = Signal.like(self.write_addr)
         last_row = Signal(self.row_layout)
-        forward = last_valid & (last_addr == s2_addr)
         new_row = Signal(self.row_layout)
         clipped = Signal(cfg.cols)
         for lane in range(cfg.cols):
-            base = Mux(forward, last_row[lane], s2_old[lane])
+            base = Mux(s2_forward, last_row[lane], s2_old[lane])
             total, lane_clipped = saturate(base + s2_data[lane], cfg.acc_shape)
             m.d.comb += [
                 new_row[lane].eq(Mux(s2_accumulate, total, s2_data[lane])),
                 clipped[lane].eq(s2_accumulate & lane_clipped),
             ]
-        m.d.sync += [last_valid.eq(s2_valid), last_addr.eq(s2_addr), last_row.eq(new_row)]
+        m.d.sync += last_row.eq(new_row)
         m.d.comb += [
             commit.addr.eq(s2_addr),
             commit.data.eq(new_row),

@@ -198,14 +198,16 @@ class HostInterface(wiring.Component):
         # --- replies: one whole reply at a time ------------------------------------------
         lanes = cfg.ub_lanes
         sent = Signal(range(max(lanes, STATUS_WORDS) + 2))
-        snapshot = Signal(32 * STATUS_WORDS)
+        # The status words are read as they are sent (no copy): the counters of a stopped
+        # program stand still, those of a running one go on between the words.
+        status_words = Cat(
+            self.state.as_value(), Const(0, 6), self.error.as_value(), Const(0, 20),
+            self.error_pc, Const(0, 15), self.cycles, self.mxu_busy_cycles,
+            self.weight_stall_cycles, self.instructions)
         with m.FSM(name="replies"):
             with m.State("Idle"):
                 with m.If(status_request):
-                    m.d.sync += [sent.eq(0), snapshot.eq(Cat(
-                        self.state.as_value(), Const(0, 6), self.error.as_value(), Const(0, 20),
-                        self.error_pc, Const(0, 15), self.cycles, self.mxu_busy_cycles,
-                        self.weight_stall_cycles, self.instructions))]
+                    m.d.sync += sent.eq(0)
                     m.next = "Status"
                 with m.Elif(bad_request):
                     m.d.comb += [self.rsp.valid.eq(1),
@@ -220,7 +222,8 @@ class HostInterface(wiring.Component):
                 with m.If(sent == 0):
                     m.d.comb += self.rsp.payload.eq((Reply.STATUS.value << 24) | STATUS_WORDS)
                 with m.Else():
-                    m.d.comb += self.rsp.payload.eq(snapshot.word_select((sent - 1).as_unsigned(), 32))
+                    m.d.comb += self.rsp.payload.eq(
+                        status_words.word_select((sent - 1).as_unsigned(), 32))
                 with m.If(self.rsp.ready):
                     m.d.sync += sent.eq(sent + 1)
                     with m.If(sent == STATUS_WORDS):

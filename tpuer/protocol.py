@@ -14,7 +14,8 @@ opcode in bits 24..31. Payloads:
   back as ``ROW`` replies while it runs.
 * ``DATA`` (count = n rows): n host rows of :func:`host_row_words` words, for READ_HOST.
   Rows sent while the core is not running are dropped.
-* ``STATUS``: answered by a ``STATUS`` reply.
+* ``STATUS``: answered by a ``STATUS`` reply. Its words are read as they are sent: while a
+  program runs, its counters go on between them; once it has stopped, they stand still.
 * ``ABORT``: stops a running program.
 * ``READ_MEMORY`` (count = n rows): a :data:`MEMORY_ADDRESS_LAYOUT` word (row address,
   :class:`Memory`); rows ``address...`` come back as ``ROW`` replies, without a program.
