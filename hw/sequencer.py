@@ -1,6 +1,6 @@
 """The CISC instruction sequencer: program memory, decoder, hazard checks and issue."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -126,17 +126,19 @@ class Sequencer(wiring.Component):
         acc_over = lambda end: end > cfg.acc_depth
         from_acc = flags[0]
         value = Cat(a, b).as_signed()
-        config_low = Signal(signed(33))
-        config_high = Signal(signed(33))
+        # Each parameter's range against constants (cheap: mostly sign-extension checks),
+        # then the one the flags name.
+        config_ranges = {
+            ConfigParam.BIAS: (cfg.acc_min, cfg.acc_max),
+            ConfigParam.MULTIPLIER: (-(1 << 31), (1 << 31) - 1),
+            ConfigParam.SHIFT: (0, cfg.max_shift),
+            ConfigParam.ZERO_POINT: (cfg.operand_min, cfg.operand_max),
+            ConfigParam.RELU: (0, 1)}
+        config_out_of_range = Signal()
         with m.Switch(flags):
-            for p, (low, high) in {
-                    ConfigParam.BIAS: (cfg.acc_min, cfg.acc_max),
-                    ConfigParam.MULTIPLIER: (-(1 << 31), (1 << 31) - 1),
-                    ConfigParam.SHIFT: (0, cfg.max_shift),
-                    ConfigParam.ZERO_POINT: (cfg.operand_min, cfg.operand_max),
-                    ConfigParam.RELU: (0, 1)}.items():
+            for p, (low, high) in config_ranges.items():
                 with m.Case(int(p)):
-                    m.d.comb += [config_low.eq(low), config_high.eq(high)]
+                    m.d.comb += config_out_of_range.eq((value < low) | (value > high))
         # The opcode is one-hot (or no opcode at all): each opcode's checks in parallel,
         # in their order, then the checks every instruction has before them.
         none = ErrorCode.NONE
@@ -149,8 +151,7 @@ class Sequencer(wiring.Component):
                                Mux(acc_over(b_end), ErrorCode.ACC_RANGE, none)),
             Opcode.ACTIVATE: Mux(acc_over(a_end), ErrorCode.ACC_RANGE,
                                  Mux(ub_over(b_end), ErrorCode.UB_RANGE, none)),
-            Opcode.CONFIG: Mux(((n != ALL_LANES) & (n >= cfg.cols)) |
-                               (value < config_low) | (value > config_high),
+            Opcode.CONFIG: Mux(((n != ALL_LANES) & (n >= cfg.cols)) | config_out_of_range,
                                ErrorCode.BAD_CONFIG, none),
         }
         opcode_error = 0
@@ -239,10 +240,15 @@ class Sequencer(wiring.Component):
                     ~self.dma_busy)
 
         rows_a, rows_b = (a, a_end), (b, b_end)    # the rows an operand names
+        # The hazard checks matter only for an instruction that passed its range checks,
+        # against transfers that passed theirs: every row number and end is then at most
+        # the larger memory's depth, so they compare only that many bits.
+        row_bits = max(cfg.ub_depth, cfg.acc_depth).bit_length()
 
         def overlaps(rows, low, high):
             """Rows ``[start, end)`` meet rows ``[low, high)``."""
-            start, end = rows
+            start, end = (value[:row_bits] for value in rows)
+            low, high = low[:row_bits], high[:row_bits]
             return (low < end) & (start < high)
 
         def dma_overlaps(rows):
