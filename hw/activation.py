@@ -21,9 +21,9 @@ def activation_unit(cfg, *, tag_shape=unsigned(16)):
 
 def activation_latency(cfg):
     """Cycles from a row entering the activation unit of ``cfg`` to its result: 7, or
-    ``cols * (activation_steps + 1) + 3`` for the lane-serial unit."""
+    ``cols * (activation_steps + 34) + 1`` for the lane-serial unit."""
     if cfg.activation_steps:
-        return cfg.cols * (cfg.activation_steps + 1) + 3
+        return cfg.cols * (cfg.activation_steps + 34) + 1
     return ActivationUnit.latency
 
 
@@ -78,9 +78,8 @@ def shifted_right(m, value, shift, suffix=""):
 def clamped_output(cfg, truncated, round_up, zero_point, relu):
     """Stage 4b: the rounded value plus the zero point, clamped to the operand range (from
     the zero point up with ReLU)."""
-    shifted = truncated + round_up + zero_point
-    low = Mux(relu, zero_point, cfg.operand_min)
-    return Mux(shifted > cfg.operand_max, cfg.operand_max, Mux(shifted < low, low, shifted))
+    value, _ = saturate(truncated + round_up + zero_point, cfg.operand_shape)
+    return Mux(relu & (value < zero_point), zero_point, value)
 
 
 def rounded_output(m, cfg, value, shift, zero_point, relu, suffix=""):

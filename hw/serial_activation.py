@@ -6,27 +6,39 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .activation import ActivationUnit, activation_latency, biased, high_half, rounded_output
+from .activation import ActivationUnit, activation_latency, biased, clamped_output
+from .arith import saturate
 
-__all__ = ["SerialActivationUnit"]
+__all__ = ["SerialActivationUnit", "SERIAL_SHIFT_CYCLES"]
+
+#: Cycles the rounding right shift takes per lane: one bit per cycle, always this many, so
+#: that the latency does not depend on the shift.
+SERIAL_SHIFT_CYCLES = 31
 
 
 class SerialActivationUnit(wiring.Component):
     """Requantises a row of ``cfg.cols`` accumulator words lane by lane, bit for bit as
     :class:`~tpuer.hw.activation.ActivationUnit` (and the golden model
-    :func:`tpuer.sim.activation_model.requantize`) does, with one bias adder, one
-    ``32 x (32 / steps)``-bit multiplier and one rounding shifter for all lanes
-    (``steps = cfg.activation_steps``).
+    :func:`tpuer.sim.activation_model.requantize`) does, with a handful of adders and no
+    multiplier or barrel shifter (``steps = cfg.activation_steps``).
 
-    Per lane: one cycle adds the bias, ``steps`` cycles multiply (the multiplier's digits
-    from the least significant up, the last one signed, the product shifted right as it
-    grows), and the next two cycles, overlapped with the next lane, take the high half and
-    round, shift and clamp it into the output row.
+    Per lane, ``steps + 34`` cycles:
+
+    * 1: ``x = saturate(acc + bias)``; the product's running sum starts at the rounding
+      nudge (``2**30``, or ``1 - 2**30`` when ``x * M`` is negative);
+    * ``steps``: ``x * M`` adds ``32 / steps`` bits of the multiplier per cycle, least
+      significant first (the last digit signed), the finished low bits shifted out;
+    * 1: the high half: ``(x * M + nudge) / 2**31`` truncated toward zero, saturated;
+    * :data:`SERIAL_SHIFT_CYCLES`: the right shift, a bit per cycle while ``shift`` lasts,
+      keeping the last bit shifted out and whether any before it was set (which is all that
+      rounding half away from zero needs);
+    * 1: rounding, zero point and clamp; the byte goes into the output row, which shifts
+      down a lane.
 
     Same members as :class:`~tpuer.hw.activation.ActivationUnit`. A row is taken when the
     unit is empty and its output free (or being taken).
 
-    Latency: :attr:`latency` = ``cols * (steps + 1) + 3`` cycles from ``i`` to ``o``; the
+    Latency: :attr:`latency` = ``cols * (steps + 34) + 1`` cycles from ``i`` to ``o``; the
     unit takes the next row in the cycle its output is taken.
     """
 
@@ -57,22 +69,25 @@ class SerialActivationUnit(wiring.Component):
         p = self.params
         steps = cfg.activation_steps
         digit_bits = cfg.multiplier_width // steps
+        q31 = cfg.multiplier_width - 1
         cols = cfg.cols
+        # The phases of a lane.
+        BIAS, HIGH = 0, steps + 1
+        SHIFT = HIGH + 1
+        OUTPUT = SHIFT + SERIAL_SHIFT_CYCLES
 
         running = Signal()
         row = Signal(self.in_layout.members["data"])
         tag = Signal(self._tag_shape)
-        lane = Signal(range(cols + 1))          # the lane being biased or multiplied
-        phase = Signal(range(steps + 1))        # 0: bias; 1..steps: multiplier digits
-        x = Signal(cfg.acc_shape)               # the biased accumulator word
-        digits = Signal(cfg.multiplier_width)   # the multiplier's digits not yet used
-        high_part = Signal(signed(cfg.multiplier_width + 1))   # the product >> bits done
-        low_part = Signal(cfg.multiplier_width)                # the product's low 32 bits
-        product_ready = Signal()                # a lane's product is complete
-        product_lane = Signal(range(cols))
-        high = Signal(signed(32))               # stage 3 result of the lane before
-        high_valid = Signal()
-        high_lane = Signal(range(cols))
+        lane = Signal(range(max(cols, 2)))
+        phase = Signal(range(OUTPUT + 1))
+        x = Signal(cfg.acc_shape)                               # the biased word
+        high_part = Signal(signed(cfg.multiplier_width + 1))    # running sum >> bits done
+        low_part = Signal(cfg.multiplier_width)                 # the sum's finished low bits
+        value = Signal(signed(32))                              # being shifted right
+        shifts_left = Signal(cfg.shift_shape)
+        last_out = Signal()           # the bit last shifted out of ``value``
+        sticky = Signal()             # some bit shifted out before it was set
 
         output_free = ~self.o.valid | self.o.ready
         m.d.comb += [self.i.ready.eq(~running & output_free),
@@ -81,42 +96,60 @@ class SerialActivationUnit(wiring.Component):
             m.d.sync += self.o.valid.eq(0)
         with m.If(self.i.valid & self.i.ready):
             m.d.sync += [running.eq(1), row.eq(self.i.payload.data),
-                         tag.eq(self.i.payload.tag), lane.eq(0), phase.eq(0)]
+                         tag.eq(self.i.payload.tag), lane.eq(0), phase.eq(BIAS)]
 
-        # Bias, then the multiplication: a digit per cycle.
-        multiplying = running & (lane != cols)
-        m.d.sync += product_ready.eq(0)
-        with m.If(multiplying):
-            with m.If(phase == 0):
-                m.d.sync += [x.eq(biased(cfg, row[lane], p.bias[lane])),
-                             digits.eq(p.multiplier[lane]), high_part.eq(0), phase.eq(1)]
-            with m.Else():
+        multiplier = p.multiplier[lane]
+        with m.If(running):
+            m.d.sync += phase.eq(phase + 1)
+            with m.If(phase == BIAS):
+                biased_x = biased(cfg, row[lane], p.bias[lane])
+                negative = ((biased_x < 0) ^ (multiplier < 0)) & (biased_x != 0) & \
+                    (multiplier != 0)
+                m.d.sync += [x.eq(biased_x),
+                             high_part.eq(Mux(negative, 1 - (1 << (q31 - 1)), 1 << (q31 - 1)))]
+
+            with m.Elif(phase < HIGH):
+                # Digit ``phase - 1`` of the multiplier; the last one carries its sign.
+                index = (phase - 1)[:max(1, (steps - 1).bit_length())]
+                digit_value = multiplier.word_select(index, digit_bits) \
+                    if steps > 1 else multiplier
                 last_digit = phase == steps
-                digit = Cat(digits[:digit_bits],
-                            Mux(last_digit, digits[digit_bits - 1], 0)).as_signed()
+                digit = Cat(digit_value, Mux(last_digit, digit_value[-1], 0)).as_signed()
                 partial = Signal(signed(cfg.multiplier_width + digit_bits + 2))
-                m.d.comb += partial.eq(high_part + x * digit)
-                m.d.sync += [
-                    low_part.eq(Cat(low_part[digit_bits:], partial[:digit_bits])),
-                    high_part.eq(partial >> digit_bits),
-                    digits.eq(digits >> digit_bits),
-                    phase.eq(Mux(last_digit, 0, phase + 1)),
-                ]
-                with m.If(last_digit):
-                    m.d.sync += [lane.eq(lane + 1), product_ready.eq(1),
-                                 product_lane.eq(lane)]
+                if digit_bits == 1:
+                    # x * digit without a multiplier: x, -x (= ~x + 1) for the sign bit, or 0
+                    subtract = last_digit & digit_value[0]
+                    addend = Mux(digit_value[0], Mux(last_digit, ~x, x), 0)
+                    m.d.comb += partial.eq(high_part + addend + subtract)
+                else:
+                    m.d.comb += partial.eq(high_part + x * digit)
+                m.d.sync += [low_part.eq(Cat(low_part[digit_bits:], partial[:digit_bits])),
+                             high_part.eq(partial >> digit_bits)]
 
-        # The high half of the lane just multiplied, then its output byte.
-        product = Cat(low_part, high_part[:32]).as_signed()
-        m.d.sync += high_valid.eq(product_ready)
-        with m.If(product_ready):
-            m.d.sync += [high.eq(high_half(m, cfg, product)), high_lane.eq(product_lane)]
-        with m.If(high_valid):
-            out = rounded_output(m, cfg, high, p.shift[high_lane], p.zero_point, p.relu)
-            with m.Switch(high_lane):
-                for index in range(cols):
-                    with m.Case(index):
-                        m.d.sync += self.o.payload.data[index].eq(out)
-            with m.If(high_lane == cols - 1):      # the row's last lane
-                m.d.sync += [self.o.valid.eq(1), self.o.payload.tag.eq(tag), running.eq(0)]
+            with m.Elif(phase == HIGH):
+                nudged = Cat(low_part, high_part).as_signed()     # x * M + nudge
+                floor = nudged >> q31
+                inexact = low_part[:q31].any()
+                toward_zero = Mux(high_part[-1] & inexact, floor + 1, floor)
+                high, _ = saturate(toward_zero, signed(32))
+                m.d.sync += [value.eq(high), shifts_left.eq(p.shift[lane]), last_out.eq(0),
+                             sticky.eq(0)]
+
+            with m.Elif(phase < OUTPUT):
+                with m.If(shifts_left != 0):
+                    m.d.sync += [value.eq(value >> 1), last_out.eq(value[0]),
+                                 sticky.eq(sticky | last_out), shifts_left.eq(shifts_left - 1)]
+
+            with m.Else():
+                # value >> shift rounds up when the bit below it is set and, for a negative
+                # value, some bit below that too: exactly gemmlowp's remainder > threshold.
+                round_up = last_out & (~value[-1] | sticky)
+                out = clamped_output(cfg, value, round_up, p.zero_point, p.relu)
+                m.d.sync += [self.o.payload.data.as_value().eq(
+                                 Cat(self.o.payload.data.as_value()[cfg.operand_width:],
+                                     out[:cfg.operand_width])),
+                             phase.eq(BIAS), lane.eq(lane + 1)]
+                with m.If(lane == cols - 1):          # the row's last lane
+                    m.d.sync += [self.o.valid.eq(1), self.o.payload.tag.eq(tag),
+                                 running.eq(0)]
         return m

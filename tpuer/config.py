@@ -56,8 +56,9 @@ class Config:
         How the activation unit spends its multipliers. 0 (the default): every lane of a
         row at once, pipelined, one row per cycle. 1, 2, 4, 8, 16 or 32: one lane at a
         time, each lane's 32 x 32-bit multiplication done in that many steps of
-        ``32 / activation_steps`` bits, for devices without multipliers to spare (a row
-        then takes ``cols * (activation_steps + 1) + 3`` cycles).
+        ``32 / activation_steps`` bits and its rounding shift a bit per cycle, for devices
+        without multipliers or logic to spare (a row then takes
+        ``cols * (activation_steps + 34) + 1`` cycles).
 
     Raises
     ------
