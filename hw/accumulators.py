@@ -41,13 +41,16 @@ class AccumulatorMemory(wiring.Component):
         A write requested in one of the two cycles before is not yet stored.
 
     Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + 2``; a read
-    requested in cycle ``t + 2`` or later returns it (1 cycle read latency). The stored row
-    goes straight from the memory into a register before the addition, so no path runs from
-    the memory through the adder back into it.
+    requested in cycle ``t + 2`` or later returns it (1 cycle read latency). With
+    ``register_stored_row`` (the default) the stored row goes straight from the memory into
+    a register before the addition, so no path runs from the memory through the adder back
+    into it; without it (for slow devices: two rows of registers fewer) the row is read a
+    cycle later and added as it leaves the memory. Both behave alike.
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, *, register_stored_row=True):
         self._cfg = cfg
+        self._register_stored_row = bool(register_stored_row)
         self.row_layout = data.ArrayLayout(cfg.acc_shape, cfg.cols)
         super().__init__({
             "write_addr": In(cfg.acc_addr_width),
@@ -76,41 +79,46 @@ class AccumulatorMemory(wiring.Component):
         old = storage.read_port(transparent_for=[commit])
         read = storage.read_port(transparent_for=[commit])
 
-        # Stage 0 (cycle t): read the row the write may add to.
         write_ok = self.write_addr < cfg.acc_depth
-        m.d.comb += [old.addr.eq(self.write_addr), old.en.eq(self.write_en)]
         s1_valid, s2_valid = Signal(), Signal()
         s1_addr, s2_addr = Signal.like(self.write_addr), Signal.like(self.write_addr)
         s1_data, s2_data = Signal(self.row_layout), Signal(self.row_layout)
         s1_accumulate, s2_accumulate = Signal(), Signal()
-        s2_old = Signal(self.row_layout)
-        # Whether the row committed just before a write's commit is its own row: known a
-        # cycle ahead (the write in stage 1, the one before it in stage 2), so no address
-        # comparison sits in front of the adder.
-        s2_forward = Signal()
         m.d.sync += [
-            s2_forward.eq(s2_valid & (s2_addr == s1_addr)),
             s1_valid.eq(self.write_en & write_ok), s1_addr.eq(self.write_addr),
             s1_data.eq(self.write_data), s1_accumulate.eq(self.write_accumulate),
-            # Stage 1 (t + 1): the stored row straight into registers.
             s2_valid.eq(s1_valid), s2_addr.eq(s1_addr), s2_data.eq(s1_data),
-            s2_accumulate.eq(s1_accumulate), s2_old.eq(old.data),
+            s2_accumulate.eq(s1_accumulate),
         ]
+        if self._register_stored_row:
+            # Stage 0 (cycle t): read the row the write may add to; stage 1 (t + 1): the
+            # stored row straight into a register. The read saw the commits up to cycle t;
+            # the one of cycle t + 1 is forwarded from a register in stage 2, and whether it
+            # is this write's row is known a cycle ahead, so no address comparison sits in
+            # front of the adder.
+            m.d.comb += [old.addr.eq(self.write_addr), old.en.eq(self.write_en)]
+            s2_old = Signal(self.row_layout)
+            s2_forward = Signal()
+            last_row = Signal(self.row_layout)
+            m.d.sync += [s2_old.eq(old.data), s2_forward.eq(s2_valid & (s2_addr == s1_addr))]
+            stored = [Mux(s2_forward, last_row[lane], s2_old[lane]) for lane in range(cfg.cols)]
+        else:
+            # Stage 1 (t + 1): read the row; the port sees the commit of that very cycle, so
+            # in stage 2 its output is up to date without forwarding.
+            m.d.comb += [old.addr.eq(s1_addr), old.en.eq(s1_valid)]
+            stored = [old.data[lane] for lane in range(cfg.cols)]
 
-        # Stage 2 (t + 2): add (saturating) or overwrite, and commit. The read in cycle t
-        # saw the commits up to cycle t (the port is transparent); the one of cycle t + 1
-        # is forwarded from a register.
-        last_row = Signal(self.row_layout)
+        # Stage 2 (t + 2): add (saturating) or overwrite, and commit.
         new_row = Signal(self.row_layout)
         clipped = Signal(cfg.cols)
         for lane in range(cfg.cols):
-            base = Mux(s2_forward, last_row[lane], s2_old[lane])
-            total, lane_clipped = saturate(base + s2_data[lane], cfg.acc_shape)
+            total, lane_clipped = saturate(stored[lane] + s2_data[lane], cfg.acc_shape)
             m.d.comb += [
                 new_row[lane].eq(Mux(s2_accumulate, total, s2_data[lane])),
                 clipped[lane].eq(s2_accumulate & lane_clipped),
             ]
-        m.d.sync += last_row.eq(new_row)
+        if self._register_stored_row:
+            m.d.sync += last_row.eq(new_row)
         m.d.comb += [
             commit.addr.eq(s2_addr),
             commit.data.eq(new_row),

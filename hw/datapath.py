@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from .accumulators import AccumulatorMemory
 from .activation import ActivationUnit, activation_latency, activation_unit
 from .matrix_unit import MatrixUnit
+from .targets import is_ice40
 from .unified_buffer import UnifiedBuffer
 
 __all__ = ["Datapath", "command_layouts"]
@@ -114,17 +115,19 @@ class Datapath(wiring.Component):
         tag = data.StructLayout({"acc_addr": cfg.acc_addr_width, "accumulate": 1})
         m.submodules.ub = ub = UnifiedBuffer(cfg)
         m.submodules.mxu = mxu = MatrixUnit(cfg, tag_shape=tag)
-        m.submodules.acc = acc = AccumulatorMemory(cfg)
+        # On an iCE40 (24 MHz) the stored row need not wait in a register before its add.
+        m.submodules.acc = acc = AccumulatorMemory(cfg, register_stored_row=not is_ice40(platform))
         m.submodules.act = act = activation_unit(cfg, tag_shape=cfg.ub_addr_width)
         wiring.connect(m, wiring.flipped(self.weights), mxu.weights)
         m.d.comb += act.params.eq(self.params)
 
         # --- matmul: UB read -> small queue -> matrix unit ---------------------------------
         # The queue absorbs the UB's read latency when the matrix unit waits for weights;
-        # a read is issued only when its row is sure to find room.
+        # a read is issued only when its row is sure to find room (the rows queued and the
+        # one being read are fewer than 3, so 3 rows never overflow it).
         feed_layout = data.StructLayout({"data": data.ArrayLayout(cfg.operand_shape, cfg.rows),
                                          "new_tile": 1, "tag": tag})
-        m.submodules.feed = feed = fifo.SyncFIFO(width=feed_layout.size, depth=4)
+        m.submodules.feed = feed = fifo.SyncFIFO(width=feed_layout.size, depth=3)
         reading = Signal()                      # a matmul read was issued last cycle
         reading_cmd = Signal(self.matmul_layout)
         issue = self.matmul.valid & (feed.level + reading < 3)

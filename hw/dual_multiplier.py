@@ -4,15 +4,15 @@ from amaranth.hdl import Cat, Instance, Module, Shape, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .targets import is_ice40_ultraplus
+
 __all__ = ["DualMultiplier", "uses_sb_mac16"]
 
 
 def uses_sb_mac16(platform, operand_shape):
     """Whether the products of the systolic array go into SB_MAC16 blocks: on an iCE40
     UltraPlus (the only iCE40 with DSPs), for operands of 8 bits or fewer."""
-    from amaranth.vendor import LatticeICE40Platform
-    return (isinstance(platform, LatticeICE40Platform) and
-            platform.device.startswith("iCE40UP") and Shape.cast(operand_shape).width <= 8)
+    return is_ice40_ultraplus(platform) and Shape.cast(operand_shape).width <= 8
 
 
 class DualMultiplier(wiring.Component):

@@ -6,6 +6,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import INSTRUCTION_BITS
+from .targets import is_ice40_ultraplus
 
 __all__ = ["ProgramMemory", "uses_spram"]
 
@@ -16,9 +17,7 @@ _SPRAM_WIDTH = 16           # bits of a word
 def uses_spram(platform, depth):
     """Whether the instruction memory goes into SB_SPRAM256KA blocks: on an iCE40
     UltraPlus (the one iCE40 with SPRAM), for up to 16384 instructions."""
-    from amaranth.vendor import LatticeICE40Platform
-    return (isinstance(platform, LatticeICE40Platform) and
-            platform.device.startswith("iCE40UP") and depth <= _SPRAM_DEPTH)
+    return is_ice40_ultraplus(platform) and depth <= _SPRAM_DEPTH
 
 
 class ProgramMemory(wiring.Component):

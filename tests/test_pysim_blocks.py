@@ -54,6 +54,17 @@ def test_block(block, cfg, bench):
     assert cycles > 0
 
 
+@pytest.mark.parametrize("bench", list(importlib.import_module("tpuer.tb.accumulators_tb").BENCHES))
+@pytest.mark.parametrize("cfg", PYSIM_CONFIGS, ids=lambda c: c.name)
+def test_accumulators_without_the_stored_row_register(cfg, bench):
+    """The accumulator memory as the iCE40 builds it (the row read a cycle later, no
+    forwarding): the same behaviour, on the same benches."""
+    from tpuer.hw.accumulators import AccumulatorMemory
+    benches = importlib.import_module("tpuer.tb.accumulators_tb").BENCHES
+    run_pysim(AccumulatorMemory(cfg, register_stored_row=False), benches[bench], cfg,
+              rng_for("accumulators-unregistered", bench, cfg))
+
+
 @pytest.mark.parametrize("bench", list(importlib.import_module("tpuer.tb.core_tb").BENCHES))
 @pytest.mark.parametrize("cfg", CORE_CONFIGS[:2], ids=lambda c: c.name)
 def test_core(cfg, bench):
