@@ -79,6 +79,6 @@ def test_verilog_takes_every_configuration_field_and_refuses_a_bad_one():
                    "--activation-steps", "4")
     assert serial.returncode == 0, serial.stderr
     parallel = tpuer("verilog", "--block", "activation", "--rows", "2", "--cols", "2")
-    assert "digits" in serial.stdout and "digits" not in parallel.stdout
+    assert "shifts_left" in serial.stdout and "shifts_left" not in parallel.stdout
     bad = tpuer("verilog", "--block", "activation", "--activation-steps", "3")
     assert bad.returncode != 0 and "activation_steps must be 0" in bad.stderr
