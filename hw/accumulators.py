@@ -5,7 +5,9 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arith import saturate
+from .block_ram import BlockRAM
 from .memory_ports import bounded_read
+from .targets import is_ice40
 
 __all__ = ["AccumulatorMemory"]
 
@@ -41,7 +43,9 @@ class AccumulatorMemory(wiring.Component):
         A write requested in one of the two cycles before is not yet stored.
 
     Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + 2``; a read
-    requested in cycle ``t + 2`` or later returns it (1 cycle read latency). With
+    requested in cycle ``t + 2`` or later returns it (1 cycle read latency; on an iCE40, where
+    the outside read port has no bypass, from cycle ``t + 3`` on, and one in cycle ``t + 2``
+    returns an undefined row). With
     ``register_stored_row`` (the default) the stored row goes straight from the memory into
     a register before the addition, so no path runs from the memory through the adder back
     into it; without it (for slow devices: two rows of registers fewer) the row is read a
@@ -77,7 +81,14 @@ class AccumulatorMemory(wiring.Component):
         commit = storage.write_port()
         # Transparent, so a write committed in the same cycle is seen by the next one.
         old = storage.read_port(transparent_for=[commit])
-        read = storage.read_port(transparent_for=[commit])
+        if is_ice40(platform):
+            # The outside reader's copy without Yosys's bypass: the datapath never reads a
+            # row in the cycle it is committed.
+            m.submodules.read_copy = read = _ReadCopy(self.row_layout, cfg.acc_depth)
+            m.d.comb += [read.write_addr.eq(commit.addr), read.write_data.eq(commit.data),
+                         read.write_en.eq(commit.en)]
+        else:
+            read = storage.read_port(transparent_for=[commit])
 
         write_ok = self.write_addr < cfg.acc_depth
         s1_valid, s2_valid = Signal(), Signal()
@@ -131,4 +142,25 @@ class AccumulatorMemory(wiring.Component):
                                            depth=cfg.acc_depth)
         m.d.comb += self.read_data.eq(read_data)
         m.d.sync += self.range_error.eq(read_bad | (self.write_en & ~write_ok))
+        return m
+
+
+class _ReadCopy(wiring.Component):
+    """A :class:`~tpuer.hw.block_ram.BlockRAM` of accumulator rows with the read port's
+    members of ``amaranth.lib.memory`` (``addr``, ``en``, ``data``)."""
+
+    def __init__(self, row_layout, depth):
+        self._row_layout, self._depth = row_layout, depth
+        address = max(1, (depth - 1).bit_length())
+        super().__init__({
+            "write_addr": In(address), "write_data": In(row_layout), "write_en": In(1),
+            "addr": In(address), "en": In(1), "data": Out(row_layout),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.ram = ram = BlockRAM(width=self._row_layout.size, depth=self._depth)
+        m.d.comb += [ram.write_addr.eq(self.write_addr), ram.write_data.eq(self.write_data),
+                     ram.write_en.eq(self.write_en), ram.read_addr.eq(self.addr),
+                     ram.read_en.eq(self.en), self.data.eq(ram.read_data)]
         return m

@@ -65,7 +65,12 @@ def _ice40_models(directory, *cells):
     for cell in cells:
         start = library.index(f"module {cell}")
         parts.append(library[start:library.index("endmodule", start) + len("endmodule")])
-    model.write_text("\n\n".join(parts) + "\n")
+    # No port defaults (Icarus cannot read them; every port is connected anyway), as the
+    # library's own header leaves them out for such tools.
+    defaults = ("`define ICE40_DEFAULT_ASSIGNMENT_V(v)\n"
+                "`define ICE40_DEFAULT_ASSIGNMENT_0\n"
+                "`define ICE40_DEFAULT_ASSIGNMENT_1\n")
+    model.write_text(defaults + "\n\n".join(parts) + "\n")
     return model
 
 
@@ -88,8 +93,9 @@ def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
 
 def test_tpu_as_the_icebreaker_has_it(tmp_path):
     """The whole TPU elaborated for the iCEBreaker: products in SB_MAC16 blocks, the
-    instruction memory in the four SB_SPRAM256KA blocks, on Icarus with Yosys's models of
-    the primitives; programs over the host command set against the golden model."""
+    instruction memory in the four SB_SPRAM256KA blocks, the accumulators' outside read
+    port in SB_RAM40_4K blocks, on Icarus with Yosys's models of the primitives; programs
+    over the host command set against the golden model."""
     from amaranth_boards.icebreaker import ICEBreakerPlatform
     from tpuer.hw.export import build_block
     require_simulator("icarus")
@@ -99,7 +105,9 @@ def test_tpu_as_the_icebreaker_has_it(tmp_path):
     verilog = backend.to_verilog(component, platform=platform)
     assert verilog.count("SB_SPRAM256KA ") == 4
     assert verilog.count("SB_MAC16 ") == (cfg.rows * cfg.cols + 1) // 2
+    assert verilog.count("SB_RAM40_4K ") == -(-cfg.cols * cfg.acc_width // 16)
     built = backend.build("tpu", cfg, "icarus", component=build_block("tpu", cfg),
                           platform=platform, variant="ice40",
-                          extra_sources=[_ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA")])
+                          extra_sources=[_ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA",
+                                                       "SB_RAM40_4K")])
     assert backend.run(built, seed=seed()) == len(importlib.import_module("tpuer.tb.tpu_tb").BENCHES)
