@@ -6,7 +6,12 @@ from amaranth.lib.wiring import In, Out
 
 from .arith import saturate
 
-__all__ = ["ActivationUnit", "activation_unit", "activation_latency"]
+__all__ = ["ActivationUnit", "activation_unit", "activation_latency", "PARAM_WRITE_LAYOUT"]
+
+#: A write of a bias or a multiplier into the lane-serial unit's parameter memory (CONFIG
+#: BIAS / MULTIPLIER): ``lane`` or, with ``all_lanes``, every lane; ``en`` for one cycle.
+PARAM_WRITE_LAYOUT = data.StructLayout({
+    "en": 1, "multiplier": 1, "all_lanes": 1, "lane": 16, "value": 32})
 
 
 def activation_unit(cfg, *, tag_shape=unsigned(16)):
@@ -21,9 +26,9 @@ def activation_unit(cfg, *, tag_shape=unsigned(16)):
 
 def activation_latency(cfg):
     """Cycles from a row entering the activation unit of ``cfg`` to its result: 7, or
-    ``cols * (activation_steps + 34) + 1`` for the lane-serial unit."""
+    ``cols * (activation_steps + 36) + 1`` for the lane-serial unit."""
     if cfg.activation_steps:
-        return cfg.cols * (cfg.activation_steps + 34) + 1
+        return cfg.cols * (cfg.activation_steps + 36) + 1
     return ActivationUnit.latency
 
 

@@ -79,6 +79,7 @@ class Core(wiring.Component):
         wiring.connect(m, dma.host_out, wiring.flipped(self.host_out))
         m.d.comb += [
             dp.params.eq(seq.params),
+            dp.param_write.eq(seq.param_write),
             seq.weight_reader_busy.eq(reader.busy),
             seq.matmul_busy.eq(dp.matmul_busy),
             seq.acc_bank_busy.eq(dp.acc_bank_busy),

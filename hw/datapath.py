@@ -5,7 +5,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .accumulators import AccumulatorMemory
-from .activation import ActivationUnit, activation_latency, activation_unit
+from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, activation_unit
 from .matrix_unit import MatrixUnit
 from .targets import is_ice40
 from .unified_buffer import UnifiedBuffer
@@ -50,6 +50,10 @@ class Datapath(wiring.Component):
     -------
     params : In(ActivationUnit params layout)
         Requantisation parameters; change them only while ``busy`` is low.
+    param_write : In(PARAM_WRITE_LAYOUT)
+        With a lane-serial activation unit, its biases and multipliers (which it keeps
+        itself; those of ``params`` are unused): a write per cycle, only while ``busy`` is
+        low.
     busy : Out(1)
         Some command is still in flight.
     matmul_busy, activate_busy : Out(1)
@@ -70,7 +74,7 @@ class Datapath(wiring.Component):
     the end of cycle ``t + 4 + rows + cols`` (:attr:`matmul_latency`); an ``activate``
     accepted in cycle ``t`` writes its UB row at the end of cycle ``t + 1 + L``
     (:attr:`activate_latency`), where ``L`` is the activation unit's latency (7; with
-    ``cfg.activation_steps``, ``cols * (steps + 34) + 1``, and the next ``activate`` is taken
+    ``cfg.activation_steps``, ``cols * (steps + 36) + 1``, and the next ``activate`` is taken
     only when the unit can take its row).
     """
 
@@ -86,6 +90,7 @@ class Datapath(wiring.Component):
             "matmul": In(stream.Signature(self.matmul_layout)),
             "activate": In(stream.Signature(self.activate_layout)),
             "params": In(self.params_layout),
+            "param_write": In(PARAM_WRITE_LAYOUT),
             "host_write": In(stream.Signature(self.host_write_layout)),
             "host_read": In(stream.Signature(cfg.ub_addr_width)),
             "host_data": Out(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
@@ -120,6 +125,8 @@ class Datapath(wiring.Component):
         m.submodules.act = act = activation_unit(cfg, tag_shape=cfg.ub_addr_width)
         wiring.connect(m, wiring.flipped(self.weights), mxu.weights)
         m.d.comb += act.params.eq(self.params)
+        if cfg.activation_steps:
+            m.d.comb += act.param_write.eq(self.param_write)
 
         # --- matmul: UB read -> small queue -> matrix unit ---------------------------------
         # The queue absorbs the UB's read latency when the matrix unit waits for weights;

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..isa import (ALL_LANES, INSTRUCTION_BITS, INSTRUCTION_LAYOUT, ConfigParam, CoreState,
                    ErrorCode, MatmulFlag, Opcode, WriteHostFlag)
-from .activation import ActivationUnit
+from .activation import PARAM_WRITE_LAYOUT, ActivationUnit
 from .activation_issuer import ACTIVATE_REQUEST_LAYOUT
 from .datapath import command_layouts
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
@@ -65,8 +65,10 @@ class Sequencer(wiring.Component):
     cycles, mxu_busy_cycles, weight_stall_cycles, instructions : Out(32)
         Performance counters of the last run: cycles running, cycles a vector entered the
         matrix unit, cycles a vector waited for its weight tile, instructions retired.
-    matmul, activate_request, params : Out
-        Commands to the datapath (see :class:`Datapath`).
+    matmul, activate_request, params, param_write : Out
+        Commands to the datapath (see :class:`Datapath`). With a lane-serial activation
+        unit (``cfg.activation_steps``), CONFIG writes biases and multipliers on
+        ``param_write`` instead of into ``params``.
     dma_request : Out(stream)
         READ_HOST and WRITE_HOST, handed to the host DMA engine
         (:class:`~tpuer.hw.host_dma.HostDMA`); ``dma_busy``, ``dma_kind``, ``dma_low``,
@@ -93,6 +95,7 @@ class Sequencer(wiring.Component):
             # After reset: multiplier ~1.0 (2**31 - 1), everything else 0, as in the model.
             "params": Out(ActivationUnit.params_layout_for(cfg),
                           init={"multiplier": [(1 << 31) - 1] * cfg.cols}),
+            "param_write": Out(PARAM_WRITE_LAYOUT),
             "dma_request": Out(stream.Signature(DMA_REQUEST_LAYOUT)),
             "dma_cancel": Out(1),
             "dma_busy": In(1),
@@ -274,6 +277,10 @@ class Sequencer(wiring.Component):
         # Every command's payload comes straight from the instruction (only ``valid`` waits
         # for the checks), so the hazard logic is not on the payloads' paths.
         m.d.comb += [
+            self.param_write.multiplier.eq(param == ConfigParam.MULTIPLIER),
+            self.param_write.all_lanes.eq(lane == ALL_LANES),
+            self.param_write.lane.eq(lane),
+            self.param_write.value.eq(value),
             self.dma_request.payload.kind.eq(
                 Mux(is_op[Opcode.READ_HOST], DMA_READ_HOST,
                     Mux(from_acc, DMA_WRITE_ACC, DMA_WRITE_UB))),
@@ -381,6 +388,10 @@ class Sequencer(wiring.Component):
                                               (ConfigParam.MULTIPLIER, params.multiplier),
                                               (ConfigParam.SHIFT, params.shift)):
                                 with m.Case(int(p)):
+                                    if cfg.activation_steps and p != ConfigParam.SHIFT:
+                                        # The lane-serial unit keeps these itself.
+                                        m.d.comb += self.param_write.en.eq(1)
+                                        continue
                                     for index in range(cfg.cols):
                                         with m.If((lane == ALL_LANES) | (lane == index)):
                                             m.d.sync += target[index].eq(value)

@@ -6,7 +6,9 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .activation import ActivationUnit, activation_latency, biased, clamped_output
+from .activation import (PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, biased,
+                         clamped_output)
+from .block_ram import BlockRAM
 from .arith import saturate
 
 __all__ = ["SerialActivationUnit", "SERIAL_SHIFT_CYCLES"]
@@ -22,10 +24,17 @@ class SerialActivationUnit(wiring.Component):
     :func:`tpuer.sim.activation_model.requantize`) does, with a handful of adders and no
     multiplier or barrel shifter (``steps = cfg.activation_steps``).
 
-    Per lane, ``steps + 34`` cycles:
+    The biases and multipliers live in the unit, written on ``param_write``: per lane in a
+    small block RAM, or for all lanes at once in a register that a lane uses until it is
+    given a value of its own (so that writing every lane takes one cycle too). Shifts, zero
+    point and ReLU come from ``params`` (its biases and multipliers are not used).
 
-    * 1: ``x = saturate(acc + bias)``; the product's running sum starts at the rounding
-      nudge (``2**30``, or ``1 - 2**30`` when ``x * M`` is negative);
+    Per lane, ``steps + 36`` cycles:
+
+    * 1: read the lane's bias;
+    * 1: ``x = saturate(acc + bias)``; read the lane's multiplier;
+    * 1: the product's running sum starts at the rounding nudge (``2**30``, or
+      ``1 - 2**30`` when ``x * M`` is negative);
     * ``steps``: ``x * M`` adds ``32 / steps`` bits of the multiplier per cycle, least
       significant first (the last digit signed), the finished low bits shifted out;
     * 1: the high half: ``(x * M + nudge) / 2**31`` truncated toward zero, saturated;
@@ -35,10 +44,12 @@ class SerialActivationUnit(wiring.Component):
     * 1: rounding, zero point and clamp; the byte goes into the output row, which shifts
       down a lane.
 
-    Same members as :class:`~tpuer.hw.activation.ActivationUnit`. A row is taken when the
-    unit is empty and its output free (or being taken).
+    Members: those of :class:`~tpuer.hw.activation.ActivationUnit`, and ``param_write``
+    (In, :data:`~tpuer.hw.activation.PARAM_WRITE_LAYOUT`), taken only while ``busy`` is low.
+    After reset every bias is 0 and every multiplier ``2**31 - 1``. A row is taken when
+    the unit is empty and its output free (or being taken).
 
-    Latency: :attr:`latency` = ``cols * (steps + 34) + 1`` cycles from ``i`` to ``o``; the
+    Latency: :attr:`latency` = ``cols * (steps + 36) + 1`` cycles from ``i`` to ``o``; the
     unit takes the next row in the cycle its output is taken.
     """
 
@@ -54,6 +65,7 @@ class SerialActivationUnit(wiring.Component):
             "data": data.ArrayLayout(cfg.operand_shape, cfg.cols), "tag": tag_shape})
         super().__init__({
             "params": In(self.params_layout),
+            "param_write": In(PARAM_WRITE_LAYOUT),
             "i": In(stream.Signature(self.in_layout)),
             "o": Out(stream.Signature(self.out_layout)),
             "busy": Out(1),
@@ -72,7 +84,8 @@ class SerialActivationUnit(wiring.Component):
         q31 = cfg.multiplier_width - 1
         cols = cfg.cols
         # The phases of a lane.
-        BIAS, HIGH = 0, steps + 1
+        READ_BIAS, BIAS, NUDGE = 0, 1, 2
+        HIGH = NUDGE + steps + 1
         SHIFT = HIGH + 1
         OUTPUT = SHIFT + SERIAL_SHIFT_CYCLES
 
@@ -80,6 +93,7 @@ class SerialActivationUnit(wiring.Component):
         row = Signal(self.in_layout.members["data"])
         tag = Signal(self._tag_shape)
         lane = Signal(range(max(cols, 2)))
+        lane_bits = len(lane)
         phase = Signal(range(OUTPUT + 1))
         x = Signal(cfg.acc_shape)                               # the biased word
         high_part = Signal(signed(cfg.multiplier_width + 1))    # running sum >> bits done
@@ -96,24 +110,53 @@ class SerialActivationUnit(wiring.Component):
             m.d.sync += self.o.valid.eq(0)
         with m.If(self.i.valid & self.i.ready):
             m.d.sync += [running.eq(1), row.eq(self.i.payload.data),
-                         tag.eq(self.i.payload.tag), lane.eq(0), phase.eq(BIAS)]
+                         tag.eq(self.i.payload.tag), lane.eq(0), phase.eq(READ_BIAS)]
 
-        multiplier = p.multiplier[lane]
+        # --- the biases and multipliers: a word per lane and kind in a block RAM, and one
+        # for all lanes in a register, which a lane uses until it has a word of its own --
+        m.submodules.lane_params = lane_params = BlockRAM(width=32, depth=2 << lane_bits)
+        w = self.param_write
+        bias_all = Signal(signed(32))
+        multiplier_all = Signal(signed(32), init=(1 << 31) - 1)
+        bias_own = Signal(cols)               # lane k has a bias of its own in the RAM
+        multiplier_own = Signal(cols)
+        m.d.comb += [lane_params.write_addr.eq(Cat(w.lane[:lane_bits], w.multiplier)),
+                     lane_params.write_data.eq(w.value),
+                     lane_params.write_en.eq(w.en & ~w.all_lanes & (w.lane < cols))]
+        with m.If(w.en):
+            with m.If(w.all_lanes):
+                with m.If(w.multiplier):
+                    m.d.sync += [multiplier_all.eq(w.value), multiplier_own.eq(0)]
+                with m.Else():
+                    m.d.sync += [bias_all.eq(w.value), bias_own.eq(0)]
+            with m.Elif(w.lane < cols):
+                with m.If(w.multiplier):
+                    m.d.sync += multiplier_own.bit_select(w.lane[:lane_bits], 1).eq(1)
+                with m.Else():
+                    m.d.sync += bias_own.bit_select(w.lane[:lane_bits], 1).eq(1)
+        # The RAM reads the bias in phase READ_BIAS and the multiplier in phase BIAS; its
+        # output holds the multiplier from then on.
+        m.d.comb += [lane_params.read_addr.eq(Cat(lane[:lane_bits], phase == BIAS)),
+                     lane_params.read_en.eq(running & ((phase == READ_BIAS) | (phase == BIAS)))]
+        bias = Mux(bias_own.bit_select(lane, 1), lane_params.read_data.as_signed(), bias_all)
+        multiplier = Mux(multiplier_own.bit_select(lane, 1), lane_params.read_data.as_signed(),
+                         multiplier_all)
+
         with m.If(running):
             m.d.sync += phase.eq(phase + 1)
             with m.If(phase == BIAS):
-                biased_x = biased(cfg, row[lane], p.bias[lane])
-                negative = ((biased_x < 0) ^ (multiplier < 0)) & (biased_x != 0) & \
-                    (multiplier != 0)
-                m.d.sync += [x.eq(biased_x),
-                             high_part.eq(Mux(negative, 1 - (1 << (q31 - 1)), 1 << (q31 - 1)))]
+                m.d.sync += x.eq(biased(cfg, row[lane], bias))
 
-            with m.Elif(phase < HIGH):
-                # Digit ``phase - 1`` of the multiplier; the last one carries its sign.
-                index = (phase - 1)[:max(1, (steps - 1).bit_length())]
+            with m.Elif(phase == NUDGE):
+                negative = ((x < 0) ^ (multiplier < 0)) & (x != 0) & (multiplier != 0)
+                m.d.sync += high_part.eq(Mux(negative, 1 - (1 << (q31 - 1)), 1 << (q31 - 1)))
+
+            with m.Elif((phase > NUDGE) & (phase < HIGH)):
+                # Digit ``phase - NUDGE - 1`` of the multiplier; the last one carries its sign.
+                index = (phase - NUDGE - 1)[:max(1, (steps - 1).bit_length())]
                 digit_value = multiplier.word_select(index, digit_bits) \
                     if steps > 1 else multiplier
-                last_digit = phase == steps
+                last_digit = phase == NUDGE + steps
                 digit = Cat(digit_value, Mux(last_digit, digit_value[-1], 0)).as_signed()
                 partial = Signal(signed(cfg.multiplier_width + digit_bits + 2))
                 if digit_bits == 1:
@@ -135,12 +178,12 @@ class SerialActivationUnit(wiring.Component):
                 m.d.sync += [value.eq(high), shifts_left.eq(p.shift[lane]), last_out.eq(0),
                              sticky.eq(0)]
 
-            with m.Elif(phase < OUTPUT):
+            with m.Elif((phase > HIGH) & (phase < OUTPUT)):
                 with m.If(shifts_left != 0):
                     m.d.sync += [value.eq(value >> 1), last_out.eq(value[0]),
                                  sticky.eq(sticky | last_out), shifts_left.eq(shifts_left - 1)]
 
-            with m.Else():
+            with m.Elif(phase == OUTPUT):
                 # value >> shift rounds up when the bit below it is set and, for a negative
                 # value, some bit below that too: exactly gemmlowp's remainder > threshold.
                 round_up = last_out & (~value[-1] | sticky)
@@ -148,7 +191,7 @@ class SerialActivationUnit(wiring.Component):
                 m.d.sync += [self.o.payload.data.as_value().eq(
                                  Cat(self.o.payload.data.as_value()[cfg.operand_width:],
                                      out[:cfg.operand_width])),
-                             phase.eq(BIAS), lane.eq(lane + 1)]
+                             phase.eq(READ_BIAS), lane.eq(lane + 1)]
                 with m.If(lane == cols - 1):          # the row's last lane
                     m.d.sync += [self.o.valid.eq(1), self.o.payload.tag.eq(tag),
                                  running.eq(0)]

@@ -5,12 +5,12 @@ import random
 
 import numpy as np
 
-from ..hw.activation import activation_unit
+from ..hw.activation import PARAM_WRITE_LAYOUT, activation_unit
 from ..sim.activation_model import ActivationParams, requantize
 from .harness import StreamSink, StreamSource, TestbenchError, reference_instance, run_cycles
 from .packing import Codec
 
-__all__ = ["BENCHES", "random_params"]
+__all__ = ["BENCHES", "random_params", "load_params", "idle_param_writes"]
 
 
 def random_params(cfg, rng):
@@ -35,15 +35,56 @@ def _encode_params(dut, params):
         "zero_point": params.zero_point, "relu": int(params.relu)})
 
 
+def idle_param_writes(io, cfg):
+    """Drive ``param_write`` idle (a lane-serial unit's input; undriven it is X in Icarus)."""
+    if cfg.activation_steps:
+        io.set("param_write", 0)
+
+
+async def load_params(io, cfg, dut, params, rng):
+    """Give the unit (or the datapath) ``dut`` the parameters ``params``: on ``params``, and
+    for a lane-serial unit its biases and multipliers written on ``param_write`` as CONFIG
+    writes them, in a random mix: every lane at once and then the lanes that differ (some
+    again), every lane on its own, or first stale values in some lanes that a write of
+    every lane must then override."""
+    io.set("params", _encode_params(dut, params))
+    if not cfg.activation_steps:
+        return
+    codec = Codec(PARAM_WRITE_LAYOUT)
+
+    def write(kind, lane, value):
+        return {"en": 1, "multiplier": kind, "all_lanes": int(lane is None),
+                "lane": 0xFFFF if lane is None else lane, "value": int(value) & 0xFFFFFFFF}
+
+    writes = []
+    for kind, values in ((0, params.bias), (1, params.multiplier)):
+        mode = rng.random()
+        if mode < 0.3:
+            writes += [write(kind, lane, rng.integers(-(1 << 31), 1 << 31))
+                       for lane in range(cfg.cols) if rng.random() < 0.5]
+        if mode < 0.3 or mode >= 0.6:
+            base = values[int(rng.integers(cfg.cols))]
+            writes.append(write(kind, None, base))
+            writes += [write(kind, lane, values[lane]) for lane in range(cfg.cols)
+                       if values[lane] != base or rng.random() < 0.2]
+        else:
+            writes += [write(kind, lane, values[lane]) for lane in rng.permutation(cfg.cols)]
+    for item in writes:
+        io.set("param_write", codec.encode(item))
+        await io.tick()
+    io.set("param_write", 0)
+
+
 async def check_batches(io, cfg, batches, *, rng, idle=0.0, stall=0.0, check_latency=False):
     """Send each (params, accumulator rows) batch, waiting for the pipeline to drain before
     changing the parameters; compare every output row and tag with the golden model."""
     dut = reference_instance(activation_unit(cfg))
     in_codec, out_codec = Codec(dut.in_layout), Codec(dut.out_layout)
     tag = 0
+    idle_param_writes(io, cfg)
     for params, rows in batches:
         expected = requantize(rows, params)
-        io.set("params", _encode_params(dut, params))
+        await load_params(io, cfg, dut, params, rng)
         items = [{"data": row, "tag": (tag + k) % 65536} for k, row in enumerate(rows)]
         source = StreamSource("i", in_codec, items, idle=idle,
                               rng=random.Random(int(rng.integers(1 << 31))))

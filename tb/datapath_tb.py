@@ -7,7 +7,7 @@ import random
 
 from ..hw.datapath import Datapath
 from ..sim.datapath_model import DatapathModel
-from .activation_tb import random_params
+from .activation_tb import idle_param_writes, load_params, random_params
 from .harness import StreamSink, StreamSource, TestbenchError, reference_instance, run_cycles
 from .packing import Codec
 
@@ -26,6 +26,7 @@ class _Datapath:
         for name in ("host_data", "host_acc_data"):
             io.set(f"{name}__ready", 0)
         io.set("params", 0)
+        idle_param_writes(io, cfg)
 
     def source(self, name, codec, items, idle):
         return StreamSource(name, codec, items, idle=idle,
@@ -102,9 +103,7 @@ async def bench_layer(io, cfg, rng, *, idle=0.2, stall=0.3, tiles=3):
     # Phase 3: activate the written accumulator rows into fresh UB rows, while the host
     # writes other rows and reads accumulators.
     params = random_params(cfg, rng)
-    dp.io.set("params", Codec(dut.params_layout).encode({
-        "bias": params.bias, "multiplier": params.multiplier, "shift": params.shift,
-        "zero_point": params.zero_point, "relu": int(params.relu)}))
+    await load_params(dp.io, cfg, dut, params, rng)
     targets = sorted(written)
     activates = [{"acc_addr": a, "ub_addr": inputs + k} for k, a in enumerate(targets)]
     acc_reads = [int(rng.choice(targets)) for _ in range(6)]
