@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .serial_link import SerialLink
 from .stream_buffer import StreamBuffer
+from .targets import is_ice40
 from .tpu import TPU
 from .uart import UARTReceiver, UARTTransmitter, check_divisor
 
@@ -15,7 +16,8 @@ __all__ = ["SerialTPU"]
 class SerialTPU(wiring.Component):
     """:class:`~tpuer.hw.tpu.TPU` behind :class:`~tpuer.hw.serial_link.SerialLink` and a
     UART of ``divisor`` clock cycles per bit: ``rx`` and ``tx`` are the board's serial
-    pins. The very same logic goes into every bitstream and into the simulated board."""
+    pins. The very same logic goes into every bitstream and into the simulated board, but
+    for the register stages between the link and the TPU, which an iCE40 leaves out."""
 
     def __init__(self, cfg, *, divisor):
         self._cfg = cfg
@@ -35,14 +37,19 @@ class SerialTPU(wiring.Component):
         m.submodules.tpu = tpu = TPU(self._cfg)
         wiring.connect(m, receiver.bytes, link.rx_bytes)
         wiring.connect(m, link.tx_bytes, transmitter.bytes)
-        # Register stages between the link and the TPU, so that the link's queue memory and
-        # the host interface's decoding do not make one long path.
-        m.submodules.cmd_buffer = cmd_buffer = StreamBuffer(32)
-        m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32)
-        wiring.connect(m, link.cmd, cmd_buffer.i)
-        wiring.connect(m, cmd_buffer.o, tpu.cmd)
-        wiring.connect(m, tpu.rsp, rsp_buffer.i)
-        wiring.connect(m, rsp_buffer.o, link.rsp)
+        if is_ice40(platform):
+            # At the iCE40's clock the link and the TPU meet directly.
+            wiring.connect(m, link.cmd, tpu.cmd)
+            wiring.connect(m, tpu.rsp, link.rsp)
+        else:
+            # Register stages between the link and the TPU, so that the link's queue memory
+            # and the host interface's decoding do not make one long path.
+            m.submodules.cmd_buffer = cmd_buffer = StreamBuffer(32)
+            m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32)
+            wiring.connect(m, link.cmd, cmd_buffer.i)
+            wiring.connect(m, cmd_buffer.o, tpu.cmd)
+            wiring.connect(m, tpu.rsp, rsp_buffer.i)
+            wiring.connect(m, rsp_buffer.o, link.rsp)
         m.d.comb += [receiver.rx.eq(self.rx), self.tx.eq(transmitter.tx),
                      transmitter.break_stop.eq(0)]
         return m

@@ -246,3 +246,19 @@ def test_serial_backend_refuses_a_missing_port():
         tpuer.Device(SERIAL_CONFIG, backend="serial", port="/dev/no-such-board")
     with pytest.raises(ValueError, match="takes no options"):
         tpuer.Device(SERIAL_CONFIG, backend="golden", port="/dev/ttyUSB0")
+
+
+def test_board_as_the_icebreaker_builds_it_on_icarus(tmp_path):
+    """The iCEBreaker's logic as its bitstream has it (no register stages between link and
+    TPU, products in SB_MAC16 blocks, the program in SPRAM, block RAMs instantiated
+    directly), behind its UART on Icarus with Yosys's models of the primitives: a whole
+    program over the line, against the golden model."""
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    from test_simulators import _ice40_models
+    require_simulator("icarus")
+    built = backend.build("board", BOARD_CONFIG, "icarus", platform=ICEBreakerPlatform(),
+                          component=BoardHarness(BOARD_CONFIG, divisor=SIM_DIVISOR),
+                          variant="ice40",
+                          extra_sources=[_ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA",
+                                                       "SB_RAM40_4K")])
+    assert backend.run(built, seed=seed(), testcase="board_program") == 1
