@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..isa import CoreState
 from ..protocol import (HEADER_LAYOUT, MEMORY_ADDRESS_LAYOUT, STATUS_WORDS, WORD_BITS, Command,
                         Memory, Reply, host_row_words, weight_row_words)
+from .arith import above
 from .core import host_control_shapes
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
 from .sequencer import STATUS_SHAPES
@@ -106,15 +107,15 @@ class HostInterface(wiring.Component):
                 m.d.comb += self.cmd.ready.eq(1)
                 where = data.View(MEMORY_ADDRESS_LAYOUT, word)
                 in_ub = ((where.memory == Memory.UNIFIED_BUFFER.value) &
-                         (where.row + count <= cfg.ub_depth))
+                         ~above(where.row + count, cfg.ub_depth))
                 in_acc = ((where.memory == Memory.ACCUMULATORS.value) & ~memory_write &
-                          (where.row + count <= cfg.acc_depth))
+                          ~above(where.row + count, cfg.acc_depth))
                 with m.If(took):
                     m.d.sync += [addr.eq(where.row), memory_kind.eq(
                         Mux(memory_write, DMA_READ_HOST,
                             Mux(where.memory == Memory.ACCUMULATORS.value, DMA_WRITE_ACC,
                                 DMA_WRITE_UB)))]
-                    with m.If(~running & (where.reserved == 0) & (count < (1 << 16)) &
+                    with m.If(~running & (where.reserved == 0) & ~above(count, (1 << 16) - 1) &
                               (in_ub | in_acc)):
                         _goto(m, count == 0, "Header", "MemoryRequest")
                     with m.Else():
@@ -147,7 +148,7 @@ class HostInterface(wiring.Component):
                 with m.If(took):
                     m.d.comb += [self.program_write_addr.eq(addr),
                                  self.program_write_data.eq(Cat(low, word)),
-                                 self.program_write_en.eq((addr < cfg.program_depth) &
+                                 self.program_write_en.eq(~above(addr, cfg.program_depth - 1) &
                                                           ~program_refused)]
                     m.d.sync += [addr.eq(addr + 1), count.eq(count - 1)]
                     _goto(m, count == 1, "Header", "ProgramLow")
@@ -168,7 +169,8 @@ class HostInterface(wiring.Component):
                         for lane, bits in enumerate(int8_lanes(row, cfg.cols)):
                             m.d.comb += self.weight_write_data[lane].eq(bits)
                         m.d.comb += [self.weight_write_addr.eq(addr),
-                                     self.weight_write_en.eq(addr < cfg.weight_memory_depth)]
+                                     self.weight_write_en.eq(
+                                         ~above(addr, cfg.weight_memory_depth - 1))]
                         m.d.sync += [addr.eq(addr + 1), count.eq(count - 1), index.eq(0)]
                         with m.If(count == 1):
                             m.next = "Header"

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from ..isa import (ALL_LANES, INSTRUCTION_BITS, INSTRUCTION_LAYOUT, ConfigParam, CoreState,
                    ErrorCode, MatmulFlag, Opcode, WriteHostFlag)
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit
+from .arith import above, outside
 from .activation_issuer import ACTIVATE_REQUEST_LAYOUT
 from .datapath import command_layouts
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
@@ -125,8 +126,8 @@ class Sequencer(wiring.Component):
             Mux(is_op[Opcode.MATMUL], MatmulFlag.ACCUMULATE | MatmulFlag.SWITCH,
                 Mux(is_op[Opcode.WRITE_HOST], WriteHostFlag.FROM_ACC, 0)))
         a_end, b_end = a + n, b + n
-        ub_over = lambda end: end > cfg.ub_depth
-        acc_over = lambda end: end > cfg.acc_depth
+        ub_over = lambda end: above(end, cfg.ub_depth)
+        acc_over = lambda end: above(end, cfg.acc_depth)
         from_acc = flags[0]
         value = Cat(a, b).as_signed()
         # Each parameter's range against constants (cheap: mostly sign-extension checks),
@@ -141,7 +142,7 @@ class Sequencer(wiring.Component):
         with m.Switch(flags):
             for p, (low, high) in config_ranges.items():
                 with m.Case(int(p)):
-                    m.d.comb += config_out_of_range.eq((value < low) | (value > high))
+                    m.d.comb += config_out_of_range.eq(outside(value, low, high))
         # The opcode is one-hot (or no opcode at all): each opcode's checks in parallel,
         # in their order, then the checks every instruction has before them.
         none = ErrorCode.NONE
@@ -149,12 +150,12 @@ class Sequencer(wiring.Component):
             Opcode.READ_HOST: Mux(ub_over(a_end), ErrorCode.UB_RANGE, none),
             Opcode.WRITE_HOST: Mux(from_acc, Mux(acc_over(a_end), ErrorCode.ACC_RANGE, none),
                                    Mux(ub_over(a_end), ErrorCode.UB_RANGE, none)),
-            Opcode.READ_WEIGHTS: Mux(a_end > cfg.weight_tiles, ErrorCode.WEIGHT_RANGE, none),
+            Opcode.READ_WEIGHTS: Mux(above(a_end, cfg.weight_tiles), ErrorCode.WEIGHT_RANGE, none),
             Opcode.MATMUL: Mux(ub_over(a_end), ErrorCode.UB_RANGE,
                                Mux(acc_over(b_end), ErrorCode.ACC_RANGE, none)),
             Opcode.ACTIVATE: Mux(acc_over(a_end), ErrorCode.ACC_RANGE,
                                  Mux(ub_over(b_end), ErrorCode.UB_RANGE, none)),
-            Opcode.CONFIG: Mux(((n != ALL_LANES) & (n >= cfg.cols)) | config_out_of_range,
+            Opcode.CONFIG: Mux(((n != ALL_LANES) & above(n, cfg.cols - 1)) | config_out_of_range,
                                ErrorCode.BAD_CONFIG, none),
         }
         opcode_error = 0
@@ -205,8 +206,8 @@ class Sequencer(wiring.Component):
             m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
                          b_end.eq(decoded["b_end"]),
                          static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
-                         a_in_low_half.eq(fetched.a < half),
-                         a_in_high_half.eq(decoded["a_end"] > half)]
+                         a_in_low_half.eq(~above(fetched.a, half - 1)),
+                         a_in_high_half.eq(above(decoded["a_end"], half))]
             m.d.sync += [is_op[code].eq(decoded["is_op"][code]) for code in Opcode]
 
         # --- dynamic checks --------------------------------------------------------------
@@ -302,7 +303,7 @@ class Sequencer(wiring.Component):
         m.d.comb += [program.read_addr.eq(pc + 3), program.read_en.eq(0)]
 
         beyond_end = Signal()           # pc is past the instruction memory
-        beyond_last = pc >= cfg.program_depth - 1
+        beyond_last = above(pc, cfg.program_depth - 2)
 
         def retire():
             m.d.sync += [pc.eq(pc + 1), step.eq(0), self.instructions.eq(self.instructions + 1),
@@ -317,7 +318,7 @@ class Sequencer(wiring.Component):
             with m.State("Idle"):
                 with m.If(self.start):
                     m.d.sync += [pc.eq(self.start_pc), step.eq(0),
-                                 beyond_end.eq(self.start_pc >= cfg.program_depth),
+                                 beyond_end.eq(above(self.start_pc, cfg.program_depth - 1)),
                                  self.state.eq(CoreState.RUNNING),
                                  self.error.eq(ErrorCode.NONE), self.error_pc.eq(0),
                                  self.cycles.eq(0), self.mxu_busy_cycles.eq(0),

@@ -142,6 +142,13 @@ class SerialActivationUnit(wiring.Component):
         multiplier = Mux(multiplier_own.bit_select(lane, 1), lane_params.read_data.as_signed(),
                          multiplier_all)
 
+        # The multiplier's next digit into a register, so that picking it (the lane's word,
+        # then the digit) is not on the adder's path: in phase NUDGE + k, digit k.
+        digit_register = Signal(digit_bits)
+        next_index = (phase - NUDGE)[:max(1, (steps - 1).bit_length())]
+        m.d.sync += digit_register.eq(multiplier.word_select(next_index, digit_bits)
+                                      if steps > 1 else multiplier)
+
         with m.If(running):
             m.d.sync += phase.eq(phase + 1)
             with m.If(phase == BIAS):
@@ -152,10 +159,9 @@ class SerialActivationUnit(wiring.Component):
                 m.d.sync += high_part.eq(Mux(negative, 1 - (1 << (q31 - 1)), 1 << (q31 - 1)))
 
             with m.Elif((phase > NUDGE) & (phase < HIGH)):
-                # Digit ``phase - NUDGE - 1`` of the multiplier; the last one carries its sign.
-                index = (phase - NUDGE - 1)[:max(1, (steps - 1).bit_length())]
-                digit_value = multiplier.word_select(index, digit_bits) \
-                    if steps > 1 else multiplier
+                # Digit ``phase - NUDGE - 1`` of the multiplier, picked in the cycle before;
+                # the last one carries its sign.
+                digit_value = digit_register
                 last_digit = phase == NUDGE + steps
                 digit = Cat(digit_value, Mux(last_digit, digit_value[-1], 0)).as_signed()
                 partial = Signal(signed(cfg.multiplier_width + digit_bits + 2))
