@@ -69,6 +69,7 @@ class HostInterface(wiring.Component):
         def int8_lanes(bits, lanes):
             return [bits[8 * k:8 * k + 8] for k in range(lanes)]
 
+        m.d.sync += self.start.eq(0)
         with m.FSM(name="parser"):
             with m.State("Header"):
                 m.d.comb += self.cmd.ready.eq(~status_request & ~bad_request)
@@ -178,7 +179,9 @@ class HostInterface(wiring.Component):
             with m.State("StartAddress"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(took):
-                    m.d.comb += [self.start.eq(1), self.start_pc.eq(word)]
+                    # Registered: the link's words need not reach the sequencer's fetch in
+                    # the same cycle.
+                    m.d.sync += [self.start.eq(1), self.start_pc.eq(word)]
                     m.next = "Header"
 
             with m.State("Data"):

@@ -2,10 +2,9 @@
 on an iCE40 UltraPlus it is the device's single-ported SPRAM, which no other block uses."""
 
 from amaranth.hdl import Cat, ClockSignal, Instance, Module, Signal
-from amaranth.lib import memory, wiring
-from amaranth.lib.wiring import In, Out
 
 from ..isa import INSTRUCTION_BITS
+from .block_ram import BlockRAM
 from .targets import is_ice40_ultraplus
 
 __all__ = ["ProgramMemory", "uses_spram"]
@@ -20,51 +19,29 @@ def uses_spram(platform, depth):
     return is_ice40_ultraplus(platform) and depth <= _SPRAM_DEPTH
 
 
-class ProgramMemory(wiring.Component):
-    """``depth`` instructions of :data:`~tpuer.isa.INSTRUCTION_BITS` bits.
-
-    Members
-    -------
-    write_addr, write_data, write_en : In
-        Stores ``write_data`` at ``write_addr`` at the end of the cycle.
-    read_addr, read_en : In
-        Read request; ``read_data`` holds its value while ``read_en`` is low.
-    read_data : Out(INSTRUCTION_BITS)
-        The instruction requested in the last cycle with ``read_en`` high.
+class ProgramMemory(BlockRAM):
+    """``depth`` instructions of :data:`~tpuer.isa.INSTRUCTION_BITS` bits: the members and
+    latency of a :class:`~tpuer.hw.block_ram.BlockRAM`.
 
     Reads and writes must not fall in the same cycle: on an iCE40 UltraPlus the memory is
     four SB_SPRAM256KA blocks (16 bits each) sharing one address, the write has the port,
     and such a read returns garbage. (The sequencer reads only while it runs, and program
-    writes are refused then.) Elsewhere it is a plain two-port memory (block RAM).
-
-    Latency: 1 cycle from ``read_addr`` to ``read_data``.
+    writes are refused then.) Elsewhere it is a :class:`~tpuer.hw.block_ram.BlockRAM`.
     """
 
     def __init__(self, depth):
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 2:
             raise ValueError(f"depth must be an integer of at least 2, not {depth!r}")
-        self._depth = depth
-        address = max(1, (depth - 1).bit_length())
-        super().__init__({
-            "write_addr": In(address), "write_data": In(INSTRUCTION_BITS), "write_en": In(1),
-            "read_addr": In(address), "read_en": In(1), "read_data": Out(INSTRUCTION_BITS),
-        })
+        super().__init__(width=INSTRUCTION_BITS, depth=depth)
 
     @property
     def depth(self):
         return self._depth
 
     def elaborate(self, platform):
-        m = Module()
         if not uses_spram(platform, self._depth):
-            m.submodules.storage = storage = memory.Memory(
-                shape=INSTRUCTION_BITS, depth=self._depth, init=[])
-            write, read = storage.write_port(), storage.read_port()
-            m.d.comb += [write.addr.eq(self.write_addr), write.data.eq(self.write_data),
-                         write.en.eq(self.write_en), read.addr.eq(self.read_addr),
-                         read.en.eq(self.read_en), self.read_data.eq(read.data)]
-            return m
-
+            return super().elaborate(platform)
+        m = Module()
         address = Signal(14)            # the write's, else the read's
         with m.If(self.write_en):
             m.d.comb += address.eq(self.write_addr)
