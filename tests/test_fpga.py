@@ -108,6 +108,8 @@ def test_build_command_lists_boards_and_refuses_unknown_ones():
     assert listing.returncode == 0 and "| ulx3s-85f |" in listing.stdout
     bad = run("build", "--board", "nope")
     assert bad.returncode == 1 and "unknown board 'nope'" in bad.stderr
+    steps = run("build", "--board", "icebreaker", "--activation-steps", "3")
+    assert steps.returncode == 1 and "activation_steps must be 0" in steps.stderr
     flash = run("flash", "--board", "icebreaker", "--build-dir", "/nonexistent")
     assert flash.returncode == 1
     assert "iceprog" in flash.stderr
