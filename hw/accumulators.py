@@ -43,13 +43,15 @@ class AccumulatorMemory(wiring.Component):
         A write requested in one of the two cycles before is not yet stored.
 
     Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + 2``; a read
-    requested in cycle ``t + 2`` or later returns it (1 cycle read latency; on an iCE40, where
-    the outside read port has no bypass, from cycle ``t + 3`` on, and one in cycle ``t + 2``
-    returns an undefined row). With
-    ``register_stored_row`` (the default) the stored row goes straight from the memory into
-    a register before the addition, so no path runs from the memory through the adder back
-    into it; without it (for slow devices: two rows of registers fewer) the row is read a
-    cycle later and added as it leaves the memory. Both behave alike.
+    requested in cycle ``t + 2`` or later returns it (1 cycle read latency), and
+    ``write_pending`` and ``overflow`` tell of it until then. With ``register_stored_row``
+    (the default) the stored row goes straight from the memory into a register before the
+    addition, so no path runs from the memory through the adder back into it. Without it
+    (for slow devices: three rows of registers fewer) the row is added as it leaves the
+    memory and stored a cycle earlier, at the end of cycle ``t + 1`` (reads from then on
+    may see it); ``write_pending`` and ``overflow`` keep their timing. On an iCE40 the
+    outside read port has no bypass: a read in the cycle a row is stored returns an
+    undefined row (the datapath reads a row only once ``write_pending`` has fallen).
     """
 
     def __init__(self, cfg, *, register_stored_row=True):
@@ -91,50 +93,57 @@ class AccumulatorMemory(wiring.Component):
             read = storage.read_port(transparent_for=[commit])
 
         write_ok = self.write_addr < cfg.acc_depth
-        s1_valid, s2_valid = Signal(), Signal()
-        s1_addr, s2_addr = Signal.like(self.write_addr), Signal.like(self.write_addr)
-        s1_data, s2_data = Signal(self.row_layout), Signal(self.row_layout)
-        s1_accumulate, s2_accumulate = Signal(), Signal()
+        # Stage 0 (cycle t): read the row the write may add to. The port is transparent, so
+        # it sees the commit of that very cycle.
+        m.d.comb += [old.addr.eq(self.write_addr), old.en.eq(self.write_en)]
+        s1_valid, s1_addr = Signal(), Signal.like(self.write_addr)
+        s1_data, s1_accumulate = Signal(self.row_layout), Signal()
+        s2_valid = Signal()
         m.d.sync += [
             s1_valid.eq(self.write_en & write_ok), s1_addr.eq(self.write_addr),
             s1_data.eq(self.write_data), s1_accumulate.eq(self.write_accumulate),
-            s2_valid.eq(s1_valid), s2_addr.eq(s1_addr), s2_data.eq(s1_data),
-            s2_accumulate.eq(s1_accumulate),
+            s2_valid.eq(s1_valid),
         ]
         if self._register_stored_row:
-            # Stage 0 (cycle t): read the row the write may add to; stage 1 (t + 1): the
-            # stored row straight into a register. The read saw the commits up to cycle t;
-            # the one of cycle t + 1 is forwarded from a register in stage 2, and whether it
-            # is this write's row is known a cycle ahead, so no address comparison sits in
-            # front of the adder.
-            m.d.comb += [old.addr.eq(self.write_addr), old.en.eq(self.write_en)]
-            s2_old = Signal(self.row_layout)
-            s2_forward = Signal()
+            # Stage 1 (t + 1): the stored row straight into a register. Stage 2 (t + 2):
+            # add and commit. The read saw the commits up to cycle t; the one of cycle t + 1
+            # is forwarded from a register, and whether it is this write's row is known a
+            # cycle ahead, so no address comparison sits in front of the adder.
+            s2_addr, s2_data = Signal.like(self.write_addr), Signal(self.row_layout)
+            s2_accumulate = Signal()
+            s2_old, s2_forward = Signal(self.row_layout), Signal()
             last_row = Signal(self.row_layout)
-            m.d.sync += [s2_old.eq(old.data), s2_forward.eq(s2_valid & (s2_addr == s1_addr))]
+            m.d.sync += [s2_addr.eq(s1_addr), s2_data.eq(s1_data),
+                         s2_accumulate.eq(s1_accumulate), s2_old.eq(old.data),
+                         s2_forward.eq(s2_valid & (s2_addr == s1_addr))]
             stored = [Mux(s2_forward, last_row[lane], s2_old[lane]) for lane in range(cfg.cols)]
+            add_valid, add_addr, add_data, add_accumulate = s2_valid, s2_addr, s2_data, \
+                s2_accumulate
         else:
-            # Stage 1 (t + 1): read the row; the port sees the commit of that very cycle, so
-            # in stage 2 its output is up to date without forwarding.
-            m.d.comb += [old.addr.eq(s1_addr), old.en.eq(s1_valid)]
+            # Stage 1 (t + 1): add the row as it leaves the memory, and commit.
             stored = [old.data[lane] for lane in range(cfg.cols)]
+            add_valid, add_addr, add_data, add_accumulate = s1_valid, s1_addr, s1_data, \
+                s1_accumulate
 
-        # Stage 2 (t + 2): add (saturating) or overwrite, and commit.
+        # The last stage: add (saturating) or overwrite, and commit.
         new_row = Signal(self.row_layout)
         clipped = Signal(cfg.cols)
         for lane in range(cfg.cols):
-            total, lane_clipped = saturate(stored[lane] + s2_data[lane], cfg.acc_shape)
+            total, lane_clipped = saturate(stored[lane] + add_data[lane], cfg.acc_shape)
             m.d.comb += [
-                new_row[lane].eq(Mux(s2_accumulate, total, s2_data[lane])),
-                clipped[lane].eq(s2_accumulate & lane_clipped),
+                new_row[lane].eq(Mux(add_accumulate, total, add_data[lane])),
+                clipped[lane].eq(add_accumulate & lane_clipped),
             ]
+        overflow = add_valid & clipped.any()
         if self._register_stored_row:
             m.d.sync += last_row.eq(new_row)
+            m.d.comb += self.overflow.eq(overflow)
+        else:
+            m.d.sync += self.overflow.eq(overflow)      # shown in cycle t + 2 all the same
         m.d.comb += [
-            commit.addr.eq(s2_addr),
+            commit.addr.eq(add_addr),
             commit.data.eq(new_row),
-            commit.en.eq(s2_valid),
-            self.overflow.eq(s2_valid & clipped.any()),
+            commit.en.eq(add_valid),
             self.write_pending.eq(s1_valid | s2_valid),
         ]
 

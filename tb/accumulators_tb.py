@@ -11,7 +11,7 @@ from .packing import Codec
 __all__ = ["BENCHES"]
 
 
-async def _run(io, cfg, rng, cycles, values, hot_addresses=None):
+async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2):
     dut = reference_instance(AccumulatorMemory(cfg))
     model = AccumulatorModel(cfg)
     top = 1 << cfg.acc_addr_width
@@ -34,8 +34,8 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None):
     schedule.append((None, None))      # a last cycle to see the last write's overflow
 
     # A read or a write's range_error shows in cycle t + 1; a write requested in cycle t
-    # commits in cycle t + 2 (its overflow shows then), and reads requested from then on
-    # see it.
+    # is stored in cycle t + store_after (2, or 1 for the memory without the stored-row
+    # register), and reads requested from then on see it; its overflow shows in t + 2.
     expected = [(None, {"overflow": 0, "range_error": 0}) for _ in schedule]
     in_flight = []
 
@@ -44,7 +44,7 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None):
             write["addr"], write["data"], bool(write["accumulate"])))
 
     for cycle, (read, write) in enumerate(schedule):
-        while in_flight and in_flight[0][0] <= cycle - 2:
+        while in_flight and in_flight[0][0] <= cycle - store_after:
             commit(*in_flight.pop(0))
         if read is not None:
             expected[cycle] = (model.read(read), expected[cycle][1])
@@ -61,21 +61,21 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None):
                        f"accumulators {cfg.name}")
 
 
-async def bench_random(io, cfg, rng):
+async def bench_random(io, cfg, rng, store_after=2):
     """Random overwrites and accumulations of full-range words, back-to-back writes to the
     same rows, out-of-range addresses."""
     await _run(io, cfg, rng, 400, lambda: rng.integers(cfg.acc_min, cfg.acc_max + 1, cfg.cols,
                                                         dtype=np.int64),
-               hot_addresses=[0, 1, 2, cfg.acc_depth - 1])
+               hot_addresses=[0, 1, 2, cfg.acc_depth - 1], store_after=store_after)
 
 
-async def bench_saturation(io, cfg, rng):
+async def bench_saturation(io, cfg, rng, store_after=2):
     """Sums that reach and pass the accumulator's limits, on a few rows: saturation and the
     overflow flag, lane by lane."""
     big = cfg.acc_max // 2 + 1
     choices = np.array([big, -big, cfg.acc_max, cfg.acc_min, 1, -1, 0], dtype=np.int64)
     await _run(io, cfg, rng, 300, lambda: rng.choice(choices, cfg.cols),
-               hot_addresses=[0, 1])
+               hot_addresses=[0, 1], store_after=store_after)
 
 
 BENCHES = {"random": bench_random, "saturation": bench_saturation}
