@@ -45,18 +45,19 @@ class AccumulatorMemory(wiring.Component):
     Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + 2``; a read
     requested in cycle ``t + 2`` or later returns it (1 cycle read latency), and
     ``write_pending`` and ``overflow`` tell of it until then. With ``register_stored_row``
-    (the default) the stored row goes straight from the memory into a register before the
-    addition, so no path runs from the memory through the adder back into it. Without it
-    (for slow devices: three rows of registers fewer) the row is added as it leaves the
-    memory and stored a cycle earlier, at the end of cycle ``t + 1`` (reads from then on
-    may see it); ``write_pending`` and ``overflow`` keep their timing. On an iCE40 the
-    outside read port has no bypass: a read in the cycle a row is stored returns an
-    undefined row (the datapath reads a row only once ``write_pending`` has fallen).
+    the stored row goes straight from the memory into a register before the addition, so
+    no path runs from the memory through the adder back into it. Without it (for slow
+    devices: three rows of registers fewer) the row is added as it leaves the memory and
+    stored a cycle earlier, at the end of cycle ``t + 1`` (reads from then on may see it);
+    ``write_pending`` and ``overflow`` keep their timing. ``register_stored_row=None`` (the
+    default) leaves it out on an iCE40 only. There, too, the outside read port has no
+    bypass: a read in the cycle a row is stored returns an undefined row (the datapath
+    reads a row only once ``write_pending`` has fallen).
     """
 
-    def __init__(self, cfg, *, register_stored_row=True):
+    def __init__(self, cfg, *, register_stored_row=None):
         self._cfg = cfg
-        self._register_stored_row = bool(register_stored_row)
+        self._register_stored_row = register_stored_row
         self.row_layout = data.ArrayLayout(cfg.acc_shape, cfg.cols)
         super().__init__({
             "write_addr": In(cfg.acc_addr_width),
@@ -86,12 +87,19 @@ class AccumulatorMemory(wiring.Component):
         if is_ice40(platform):
             # The outside reader's copy without Yosys's bypass: the datapath never reads a
             # row in the cycle it is committed.
-            m.submodules.read_copy = read = _ReadCopy(self.row_layout, cfg.acc_depth)
-            m.d.comb += [read.write_addr.eq(commit.addr), read.write_data.eq(commit.data),
-                         read.write_en.eq(commit.en)]
+            m.submodules.read_copy = read_copy = BlockRAM(width=self.row_layout.size,
+                                                          depth=cfg.acc_depth)
+            m.d.comb += [read_copy.write_addr.eq(commit.addr),
+                         read_copy.write_data.eq(commit.data),
+                         read_copy.write_en.eq(commit.en)]
+            read_port = read_copy.read_addr, read_copy.read_en, read_copy.read_data
         else:
             read = storage.read_port(transparent_for=[commit])
+            read_port = read.addr, read.en, read.data
 
+        register_stored_row = self._register_stored_row
+        if register_stored_row is None:         # an iCE40 (24 MHz) can do without it
+            register_stored_row = not is_ice40(platform)
         write_ok = self.write_addr < cfg.acc_depth
         # Stage 0 (cycle t): read the row the write may add to. The port is transparent, so
         # it sees the commit of that very cycle.
@@ -104,7 +112,7 @@ class AccumulatorMemory(wiring.Component):
             s1_data.eq(self.write_data), s1_accumulate.eq(self.write_accumulate),
             s2_valid.eq(s1_valid),
         ]
-        if self._register_stored_row:
+        if register_stored_row:
             # Stage 1 (t + 1): the stored row straight into a register. Stage 2 (t + 2):
             # add and commit. The read saw the commits up to cycle t; the one of cycle t + 1
             # is forwarded from a register, and whether it is this write's row is known a
@@ -135,7 +143,7 @@ class AccumulatorMemory(wiring.Component):
                 clipped[lane].eq(add_accumulate & lane_clipped),
             ]
         overflow = add_valid & clipped.any()
-        if self._register_stored_row:
+        if register_stored_row:
             m.d.sync += last_row.eq(new_row)
             m.d.comb += self.overflow.eq(overflow)
         else:
@@ -147,29 +155,9 @@ class AccumulatorMemory(wiring.Component):
             self.write_pending.eq(s1_valid | s2_valid),
         ]
 
-        read_data, read_bad = bounded_read(m, read, addr=self.read_addr, en=self.read_en,
+        read_data, read_bad = bounded_read(m, *read_port, addr=self.read_addr, en=self.read_en,
                                            depth=cfg.acc_depth)
         m.d.comb += self.read_data.eq(read_data)
         m.d.sync += self.range_error.eq(read_bad | (self.write_en & ~write_ok))
         return m
 
-
-class _ReadCopy(wiring.Component):
-    """A :class:`~tpuer.hw.block_ram.BlockRAM` of accumulator rows with the read port's
-    members of ``amaranth.lib.memory`` (``addr``, ``en``, ``data``)."""
-
-    def __init__(self, row_layout, depth):
-        self._row_layout, self._depth = row_layout, depth
-        address = max(1, (depth - 1).bit_length())
-        super().__init__({
-            "write_addr": In(address), "write_data": In(row_layout), "write_en": In(1),
-            "addr": In(address), "en": In(1), "data": Out(row_layout),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.ram = ram = BlockRAM(width=self._row_layout.size, depth=self._depth)
-        m.d.comb += [ram.write_addr.eq(self.write_addr), ram.write_data.eq(self.write_data),
-                     ram.write_en.eq(self.write_en), ram.read_addr.eq(self.addr),
-                     ram.read_en.eq(self.en), self.data.eq(ram.read_data)]
-        return m

@@ -7,7 +7,6 @@ from amaranth.lib.wiring import In, Out
 from .accumulators import AccumulatorMemory
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, activation_unit
 from .matrix_unit import MatrixUnit
-from .targets import is_ice40
 from .unified_buffer import UnifiedBuffer
 
 __all__ = ["Datapath", "command_layouts"]
@@ -120,8 +119,7 @@ class Datapath(wiring.Component):
         tag = data.StructLayout({"acc_addr": cfg.acc_addr_width, "accumulate": 1})
         m.submodules.ub = ub = UnifiedBuffer(cfg)
         m.submodules.mxu = mxu = MatrixUnit(cfg, tag_shape=tag)
-        # On an iCE40 (24 MHz) the stored row need not wait in a register before its add.
-        m.submodules.acc = acc = AccumulatorMemory(cfg, register_stored_row=not is_ice40(platform))
+        m.submodules.acc = acc = AccumulatorMemory(cfg)
         m.submodules.act = act = activation_unit(cfg, tag_shape=cfg.ub_addr_width)
         wiring.connect(m, wiring.flipped(self.weights), mxu.weights)
         m.d.comb += act.params.eq(self.params)

@@ -161,16 +161,16 @@ class SerialActivationUnit(wiring.Component):
             with m.Elif((phase > NUDGE) & (phase < HIGH)):
                 # Digit ``phase - NUDGE - 1`` of the multiplier, picked in the cycle before;
                 # the last one carries its sign.
-                digit_value = digit_register
                 last_digit = phase == NUDGE + steps
-                digit = Cat(digit_value, Mux(last_digit, digit_value[-1], 0)).as_signed()
                 partial = Signal(signed(cfg.multiplier_width + digit_bits + 2))
                 if digit_bits == 1:
                     # x * digit without a multiplier: x, -x (= ~x + 1) for the sign bit, or 0
-                    subtract = last_digit & digit_value[0]
-                    addend = Mux(digit_value[0], Mux(last_digit, ~x, x), 0)
-                    m.d.comb += partial.eq(high_part + addend + subtract)
+                    bit = digit_register[0]
+                    addend = Mux(bit, Mux(last_digit, ~x, x), 0)
+                    m.d.comb += partial.eq(high_part + addend + (last_digit & bit))
                 else:
+                    digit = Cat(digit_register,
+                                Mux(last_digit, digit_register[-1], 0)).as_signed()
                     m.d.comb += partial.eq(high_part + x * digit)
                 m.d.sync += [low_part.eq(Cat(low_part[digit_bits:], partial[:digit_bits])),
                              high_part.eq(partial >> digit_bits)]

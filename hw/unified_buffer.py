@@ -59,7 +59,8 @@ class UnifiedBuffer(wiring.Component):
         write = storage.write_port(granularity=1)
         read = storage.read_port()
 
-        read_data, read_bad = bounded_read(m, read, addr=self.read_addr, en=self.read_en,
+        read_data, read_bad = bounded_read(m, read.addr, read.en, read.data,
+                                           addr=self.read_addr, en=self.read_en,
                                            depth=cfg.ub_depth)
         write_ok = self.write_addr < cfg.ub_depth
         m.d.comb += [
