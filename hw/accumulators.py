@@ -22,9 +22,11 @@ class AccumulatorMemory(wiring.Component):
     cycle. Saturation is the chosen overflow behaviour everywhere (the golden model does the
     same), because a clipped result is closer to the true one than a wrapped one.
 
-    Back-to-back writes to the same row are safe: the read-modify-write sees the row that
-    the write before it produced. An address at or past ``cfg.acc_depth`` is never written;
-    ``range_error`` pulses instead, and such a read returns zeros.
+    A write that adds to a row must not follow a write to the same row in the cycle just
+    before (the datapath holds such a row back a cycle); any other sequence of writes is
+    fine, back-to-back overwrites of a row and additions a cycle apart included. An address
+    at or past ``cfg.acc_depth`` is never written; ``range_error`` pulses instead, and such
+    a read returns zeros.
 
     Members
     -------
@@ -47,12 +49,13 @@ class AccumulatorMemory(wiring.Component):
     ``write_pending`` and ``overflow`` tell of it until then. With ``register_stored_row``
     the stored row goes straight from the memory into a register before the addition, so
     no path runs from the memory through the adder back into it. Without it (for slow
-    devices: three rows of registers fewer) the row is added as it leaves the memory and
+    devices: two rows of registers fewer) the row is added as it leaves the memory and
     stored a cycle earlier, at the end of cycle ``t + 1`` (reads from then on may see it);
     ``write_pending`` and ``overflow`` keep their timing. ``register_stored_row=None`` (the
-    default) leaves it out on an iCE40 only. There, too, the outside read port has no
-    bypass: a read in the cycle a row is stored returns an undefined row (the datapath
-    reads a row only once ``write_pending`` has fallen).
+    default) leaves it out on an iCE40 only. Without it the memory is block RAM without a
+    bypass (on an iCE40 without Yosys's): the rule above means that a row is never read for
+    an addition in the cycle it is stored, and a read from outside in that cycle returns an
+    undefined row (the datapath reads a row only once ``write_pending`` has fallen).
     """
 
     def __init__(self, cfg, *, register_stored_row=None):
@@ -79,31 +82,42 @@ class AccumulatorMemory(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        m.submodules.storage = storage = memory.Memory(
-            shape=self.row_layout, depth=cfg.acc_depth, init=[])
-        commit = storage.write_port()
-        # Transparent, so a write committed in the same cycle is seen by the next one.
-        old = storage.read_port(transparent_for=[commit])
-        if is_ice40(platform):
+        register_stored_row = self._register_stored_row
+        if register_stored_row is None:         # an iCE40 (24 MHz) can do without it
+            register_stored_row = not is_ice40(platform)
+        if register_stored_row:
+            m.submodules.storage = storage = memory.Memory(
+                shape=self.row_layout, depth=cfg.acc_depth, init=[])
+            commit = storage.write_port()
+            # Transparent, so a write a cycle after the one it adds to sees that one's commit.
+            old = storage.read_port(transparent_for=[commit])
+            commit_port = commit.addr, commit.data, commit.en
+            old_port = old.addr, old.en, old.data
+        else:
+            # Stored a cycle after its write, a row is read again a cycle later at the
+            # earliest (the rule above), so the memory needs no bypass.
+            m.submodules.storage = storage = BlockRAM(width=self.row_layout.size,
+                                                      depth=cfg.acc_depth)
+            commit_port = storage.write_addr, storage.write_data, storage.write_en
+            old_port = (storage.read_addr, storage.read_en,
+                        data.View(self.row_layout, storage.read_data))
+        if is_ice40(platform) or not register_stored_row:
             # The outside reader's copy without Yosys's bypass: the datapath never reads a
             # row in the cycle it is committed.
             m.submodules.read_copy = read_copy = BlockRAM(width=self.row_layout.size,
                                                           depth=cfg.acc_depth)
-            m.d.comb += [read_copy.write_addr.eq(commit.addr),
-                         read_copy.write_data.eq(commit.data),
-                         read_copy.write_en.eq(commit.en)]
+            m.d.comb += [read_copy.write_addr.eq(commit_port[0]),
+                         read_copy.write_data.eq(commit_port[1]),
+                         read_copy.write_en.eq(commit_port[2])]
             read_port = read_copy.read_addr, read_copy.read_en, read_copy.read_data
         else:
             read = storage.read_port(transparent_for=[commit])
             read_port = read.addr, read.en, read.data
+        old_addr, old_en, old_data = old_port
 
-        register_stored_row = self._register_stored_row
-        if register_stored_row is None:         # an iCE40 (24 MHz) can do without it
-            register_stored_row = not is_ice40(platform)
         write_ok = self.write_addr < cfg.acc_depth
-        # Stage 0 (cycle t): read the row the write may add to. The port is transparent, so
-        # it sees the commit of that very cycle.
-        m.d.comb += [old.addr.eq(self.write_addr), old.en.eq(self.write_en)]
+        # Stage 0 (cycle t): read the row the write may add to.
+        m.d.comb += [old_addr.eq(self.write_addr), old_en.eq(self.write_en)]
         s1_valid, s1_addr = Signal(), Signal.like(self.write_addr)
         s1_data, s1_accumulate = Signal(self.row_layout), Signal()
         s2_valid = Signal()
@@ -114,22 +128,17 @@ class AccumulatorMemory(wiring.Component):
         ]
         if register_stored_row:
             # Stage 1 (t + 1): the stored row straight into a register. Stage 2 (t + 2):
-            # add and commit. The read saw the commits up to cycle t; the one of cycle t + 1
-            # is forwarded from a register, and whether it is this write's row is known a
-            # cycle ahead, so no address comparison sits in front of the adder.
+            # add and commit.
             s2_addr, s2_data = Signal.like(self.write_addr), Signal(self.row_layout)
-            s2_accumulate = Signal()
-            s2_old, s2_forward = Signal(self.row_layout), Signal()
-            last_row = Signal(self.row_layout)
+            s2_accumulate, s2_old = Signal(), Signal(self.row_layout)
             m.d.sync += [s2_addr.eq(s1_addr), s2_data.eq(s1_data),
-                         s2_accumulate.eq(s1_accumulate), s2_old.eq(old.data),
-                         s2_forward.eq(s2_valid & (s2_addr == s1_addr))]
-            stored = [Mux(s2_forward, last_row[lane], s2_old[lane]) for lane in range(cfg.cols)]
+                         s2_accumulate.eq(s1_accumulate), s2_old.eq(old_data)]
+            stored = [s2_old[lane] for lane in range(cfg.cols)]
             add_valid, add_addr, add_data, add_accumulate = s2_valid, s2_addr, s2_data, \
                 s2_accumulate
         else:
             # Stage 1 (t + 1): add the row as it leaves the memory, and commit.
-            stored = [old.data[lane] for lane in range(cfg.cols)]
+            stored = [old_data[lane] for lane in range(cfg.cols)]
             add_valid, add_addr, add_data, add_accumulate = s1_valid, s1_addr, s1_data, \
                 s1_accumulate
 
@@ -144,14 +153,14 @@ class AccumulatorMemory(wiring.Component):
             ]
         overflow = add_valid & clipped.any()
         if register_stored_row:
-            m.d.sync += last_row.eq(new_row)
             m.d.comb += self.overflow.eq(overflow)
         else:
             m.d.sync += self.overflow.eq(overflow)      # shown in cycle t + 2 all the same
+        commit_addr, commit_data, commit_en = commit_port
         m.d.comb += [
-            commit.addr.eq(add_addr),
-            commit.data.eq(new_row),
-            commit.en.eq(add_valid),
+            commit_addr.eq(add_addr),
+            commit_data.eq(new_row),
+            commit_en.eq(add_valid),
             self.write_pending.eq(s1_valid | s2_valid),
         ]
 

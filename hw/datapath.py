@@ -31,7 +31,8 @@ class Datapath(wiring.Component):
     * ``matmul``: read Unified Buffer row ``ub_addr``, multiply its first ``rows`` lanes by
       the active weight tile (switching to the next one first when ``new_tile``), and write
       or add (``accumulate``) the result into accumulator row ``acc_addr``. One command per
-      cycle streams back to back.
+      cycle streams back to back, except that a row adding to the accumulator row of the
+      row just before it enters the matrix unit a cycle later.
     * ``activate``: read accumulator row ``acc_addr``, requantise it with ``params`` and
       write it into lanes ``0 .. cols - 1`` of Unified Buffer row ``ub_addr``. One per cycle.
     * ``weights``: weight rows into the Weight FIFO.
@@ -149,10 +150,21 @@ class Datapath(wiring.Component):
             feed_in.tag.accumulate.eq(reading_cmd.accumulate),
             feed.w_data.eq(feed_in),
             feed.w_en.eq(reading),
-            mxu.rows.payload.eq(feed.r_data),
-            mxu.rows.valid.eq(feed.r_rdy),
-            feed.r_en.eq(mxu.rows.ready),
         ]
+        # A row that adds to the accumulator row of the row that entered the matrix unit in
+        # the cycle before waits a cycle: the accumulator memory needs a cycle between two
+        # writes to a row when the second adds to it (its results keep the spacing).
+        head = data.View(feed_layout, feed.r_data)
+        entered = Signal()
+        entered_addr = Signal(cfg.acc_addr_width)
+        repeat = entered & head.tag.accumulate & (head.tag.acc_addr == entered_addr)
+        m.d.comb += [
+            mxu.rows.payload.eq(feed.r_data),
+            mxu.rows.valid.eq(feed.r_rdy & ~repeat),
+            feed.r_en.eq(mxu.rows.ready & ~repeat),
+        ]
+        m.d.sync += [entered.eq(mxu.rows.valid & mxu.rows.ready),
+                     entered_addr.eq(head.tag.acc_addr)]
 
         # In-flight rows per accumulator half: counted in when the command is accepted, out
         # when its accumulator write commits.

@@ -2,11 +2,12 @@
 command words out, reply frames with the TPU's reply words back."""
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import crc, memory, stream, wiring
+from amaranth.lib import crc, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..link import (BYTE_TIMEOUT_BITS, COMMAND_QUEUE_WORDS, CRC, FLAG_NEW_SESSION,
                     MAX_REPLY_WORDS, MAX_REQUEST_WORDS, SYNC, Kind)
+from .block_ram import BlockRAM
 from .uart import RX_BYTE_LAYOUT
 
 __all__ = ["SerialLink"]
@@ -62,19 +63,19 @@ class SerialLink(wiring.Component):
         ptr_bits = (depth - 1).bit_length() + 1          # one more bit: full vs empty
 
         # --- command queue: tentative writes, committed when the frame checks ---------
-        m.submodules.queue = queue = memory.Memory(shape=32, depth=depth, init=[])
-        q_write = queue.write_port()
-        q_read = queue.read_port()
+        # Read and write never meet: a word is read again every cycle, and only words
+        # written cycles before the commit are taken.
+        m.submodules.queue = queue = BlockRAM(width=32, depth=depth)
         head = Signal(ptr_bits)          # next word to the TPU
         committed = Signal(ptr_bits)     # end of the words the TPU may take
         tail = Signal(ptr_bits)          # end of the words written so far
-        head_valid = Signal()            # q_read.data holds the word at head
+        head_valid = Signal()            # queue.read_data holds the word at head
         take = self.cmd.valid & self.cmd.ready
         next_head = Mux(take, head + 1, head)
         m.d.comb += [
-            q_read.addr.eq(next_head[:ptr_bits - 1]),
-            q_read.en.eq(1),
-            self.cmd.payload.eq(q_read.data),
+            queue.read_addr.eq(next_head[:ptr_bits - 1]),
+            queue.read_en.eq(1),
+            self.cmd.payload.eq(queue.read_data),
             self.cmd.valid.eq(head_valid & (head != committed)),
         ]
         m.d.sync += [head.eq(next_head), head_valid.eq(1)]
@@ -82,9 +83,8 @@ class SerialLink(wiring.Component):
         m.d.comb += used.eq(tail - head)
 
         # --- reply buffer: the last reply's words, kept for a retransmission -----------
-        m.submodules.replies = replies = memory.Memory(shape=32, depth=MAX_REPLY_WORDS, init=[])
-        r_write = replies.write_port()
-        r_read = replies.read_port()
+        # Written only while collecting a reply, read only while sending one.
+        m.submodules.replies = replies = BlockRAM(width=32, depth=MAX_REPLY_WORDS)
 
         # --- receiving ----------------------------------------------------------------
         m.submodules.rx_crc = rx_crc = crc.Processor(CRC(data_width=8))
@@ -179,9 +179,9 @@ class SerialLink(wiring.Component):
                 def payload_byte():
                     m.d.sync += [lane.eq(lane + 1), word.eq(Cat(word[8:], byte))]
                     with m.If(lane == 3):
-                        m.d.comb += [q_write.addr.eq(tail[:ptr_bits - 1]),
-                                     q_write.data.eq(Cat(word, byte)),
-                                     q_write.en.eq(take_words)]
+                        m.d.comb += [queue.write_addr.eq(tail[:ptr_bits - 1]),
+                                     queue.write_data.eq(Cat(word, byte)),
+                                     queue.write_en.eq(take_words)]
                         m.d.sync += [index.eq(index + 1), tail.eq(tail + take_words)]
                         with m.If(index + 1 == count):
                             m.next = "CrcHigh"
@@ -208,8 +208,8 @@ class SerialLink(wiring.Component):
             with m.State("Collect"):
                 # The TPU's waiting reply words into the reply buffer.
                 m.d.comb += self.rsp.ready.eq(reply_count != MAX_REPLY_WORDS)
-                m.d.comb += [r_write.addr.eq(reply_count), r_write.data.eq(self.rsp.payload),
-                             r_write.en.eq(self.rsp.valid & self.rsp.ready)]
+                m.d.comb += [replies.write_addr.eq(reply_count), replies.write_data.eq(self.rsp.payload),
+                             replies.write_en.eq(self.rsp.valid & self.rsp.ready)]
                 with m.If(self.rsp.valid & self.rsp.ready):
                     m.d.sync += reply_count.eq(reply_count + 1)
                 with m.Else():
@@ -235,20 +235,20 @@ class SerialLink(wiring.Component):
                     m.next = "SendCountHigh"
             with m.State("SendCountHigh"):
                 send(0)
-                m.d.comb += [r_read.addr.eq(0), r_read.en.eq(1)]
+                m.d.comb += [replies.read_addr.eq(0), replies.read_en.eq(1)]
                 with m.If(tx_taken):
                     with m.If(nak | (reply_count == 0)):
                         m.next = "SendCrcHigh"
                     with m.Else():
                         m.next = "SendWords"
             with m.State("SendWords"):
-                send(r_read.data.word_select(tx_lane[:2], 8))
-                m.d.comb += [r_read.addr.eq(sent), r_read.en.eq(0)]
+                send(replies.read_data.word_select(tx_lane[:2], 8))
+                m.d.comb += [replies.read_addr.eq(sent), replies.read_en.eq(0)]
                 with m.If(tx_taken):
                     m.d.sync += tx_lane.eq(tx_lane + 1)
                     with m.If(tx_lane == 3):
                         m.d.sync += [tx_lane.eq(0), sent.eq(sent + 1)]
-                        m.d.comb += [r_read.addr.eq(sent + 1), r_read.en.eq(1)]
+                        m.d.comb += [replies.read_addr.eq(sent + 1), replies.read_en.eq(1)]
                         with m.If(sent + 1 == reply_count):
                             m.next = "SendCrcHigh"
             with m.State("SendCrcHigh"):

@@ -21,7 +21,8 @@ What each block contributes (see the RTL for the reasons):
 * weight loader: a row into the shadow weights per cycle until a whole tile waits there;
   a vector flagged ``new_tile`` waits for it (a weight-stall cycle);
 * datapath: the UB read (1 cycle) and a feed queue that keeps at most 3 rows in flight;
-  ``rows + cols`` cycles through the matrix unit; 2 more to commit into the accumulators;
+  a row that adds to the accumulator row of the row before waits a cycle; ``rows + cols``
+  cycles through the matrix unit; 2 more to commit into the accumulators;
   the activation unit's latency (7, or ``cols * (activation_steps + 36) + 1`` for the
   lane-serial unit, which takes a row only when it is empty);
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
@@ -67,8 +68,9 @@ class CoreTiming:
         self.fifo_inner, self.fifo_out = 0, False
         self.tile_ready, self.load_index = False, 0
         # datapath: UB read in flight, feed queue, matrix unit pipeline, commit, activation
-        self.reading = None                      # (new_tile, acc half) of the UB read
+        self.reading = None      # (new_tile, acc half, acc row, accumulate) of the UB read
         self.feed = deque()
+        self.entered = None                      # acc row of the vector entered last cycle
         self.pipe = [None] * (cfg.rows + cfg.cols)
         self.committing = [None, None]           # accumulator halves of writes in flight
         self.banks = [0, 0]
@@ -89,7 +91,8 @@ class CoreTiming:
 
     def _snapshot(self):
         return (self.remaining, self.have_row, self.fifo_inner, self.fifo_out, self.tile_ready,
-                self.load_index, self.reading, tuple(self.feed), tuple(self.pipe),
+                self.load_index, self.reading, tuple(self.feed), self.entered,
+                tuple(self.pipe),
                 tuple(self.committing), tuple(self.banks), self.activating,
                 tuple(self.act_stages), tuple(map(tuple, self.server.values())),
                 self.issuer_left,
@@ -106,19 +109,22 @@ class CoreTiming:
 
     def _step(self, command, host_rows_left):
         """Advance one clock. ``command`` is what the sequencer offers this cycle: a dict
-        with at most one of ``matmul`` (new_tile, acc_addr), ``activate_request`` (acc
+        with at most one of ``matmul`` (new_tile, acc_addr, accumulate), ``activate_request`` (acc
         row, UB row, count), ``dma`` (kind, addr, count), ``weights`` (tiles). Returns the
         handshakes that happened."""
         cfg = self.cfg
         half = cfg.acc_depth // 2
         done = {}
 
-        # matrix unit input: the head of the feed queue enters unless it waits for a tile
+        # matrix unit input: the head of the feed queue (new_tile, acc half, acc row,
+        # accumulate) enters unless it waits for a tile, or adds to the accumulator row of
+        # the row that entered in the cycle before
         head = self.feed[0] if self.feed else None
-        accepted = head is not None and (not head[0] or self.tile_ready)
+        offered = head is not None and not (head[3] and head[2] == self.entered)
+        accepted = offered and (not head[0] or self.tile_ready)
         switch = accepted and head[0]
         done["vector"] = accepted
-        done["weight_stall"] = head is not None and head[0] and not self.tile_ready
+        done["weight_stall"] = offered and head[0] and not self.tile_ready
 
         matmul_ready = len(self.feed) + (self.reading is not None) < _FEED_SLOTS
         matmul = command.get("matmul")
@@ -196,6 +202,7 @@ class CoreTiming:
         committing = self.committing[-1]
         self.committing = [result] + self.committing[:-1]
         self.pipe = [head[1] if accepted else None] + self.pipe[:-1]
+        self.entered = head[2] if accepted else None
         if accepted:
             self.feed.popleft()
         if self.reading is not None:
@@ -203,7 +210,7 @@ class CoreTiming:
         if issue:
             issue_half = int(matmul[1] >= half)
             self.banks[issue_half] += 1
-            self.reading = (matmul[0], issue_half)
+            self.reading = (matmul[0], issue_half, matmul[1], matmul[2])
         else:
             self.reading = None
         if committing is not None:
@@ -310,7 +317,8 @@ class CoreTiming:
                                (self.issuer_left != 0 and touches(b, self.issuer_acc)))
                     if not blocked:
                         new_tile = bool(instr.flags & MatmulFlag.SWITCH) and step == 0
-                        command["matmul"] = (new_tile, b + step)
+                        accumulate = bool(instr.flags & MatmulFlag.ACCUMULATE)
+                        command["matmul"] = (new_tile, b + step, accumulate)
                 elif op is Opcode.ACTIVATE:
                     blocked = self.dma_kind in (_READ_HOST, _WRITE_UB) and dma_overlaps(b)
                     if not acc_rows_pending(a) and not blocked:

@@ -321,6 +321,8 @@ async def bench_hazards(io, cfg, rng):
         isa.config(isa.ConfigParam.RELU, 1),            # must not change rows in flight
         isa.activate(n, 0, n),
         isa.write_host(0, n),                           # RAW on activated UB rows
+        isa.matmul(1, n, 1, accumulate=True, switch=False),
+        isa.matmul(2, n, 1, accumulate=True, switch=False),  # adds to the row just written
         isa.write_host(0, 2 * n, from_acc=True),
         isa.halt(),
     ]
