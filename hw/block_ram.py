@@ -20,7 +20,9 @@ class BlockRAM(wiring.Component):
     Members
     -------
     write_addr, write_data, write_en : In
-        Stores ``write_data`` at ``write_addr`` at the end of the cycle.
+        Stores ``write_data`` at ``write_addr`` at the end of the cycle; with a
+        ``granularity``, ``write_en`` has a bit per ``granularity`` bits of the word and
+        stores only those parts.
     read_addr, read_en : In
         Read request; ``read_data`` holds its value while ``read_en`` is low.
     read_data : Out(width)
@@ -34,14 +36,21 @@ class BlockRAM(wiring.Component):
     Latency: 1 cycle from ``read_addr`` to ``read_data``.
     """
 
-    def __init__(self, *, width, depth):
+    def __init__(self, *, width, depth, granularity=None):
         for name, value in (("width", width), ("depth", depth)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
-        self._width, self._depth = width, depth
+        if granularity is None:
+            granularity = width
+        if (isinstance(granularity, bool) or not isinstance(granularity, int) or
+                granularity < 1 or width % granularity):
+            raise ValueError(f"granularity must be a positive divisor of the width {width}, "
+                             f"not {granularity!r}")
+        self._width, self._depth, self._granularity = width, depth, granularity
         address = max(1, (depth - 1).bit_length())
         super().__init__({
-            "write_addr": In(address), "write_data": In(width), "write_en": In(1),
+            "write_addr": In(address), "write_data": In(width),
+            "write_en": In(width // granularity),
             "read_addr": In(address), "read_en": In(1), "read_data": Out(width),
         })
 
@@ -50,7 +59,8 @@ class BlockRAM(wiring.Component):
         if not is_ice40(platform):
             m.submodules.storage = storage = memory.Memory(
                 shape=self._width, depth=self._depth, init=[])
-            write, read = storage.write_port(), storage.read_port()
+            granularity = None if self._granularity == self._width else self._granularity
+            write, read = storage.write_port(granularity=granularity), storage.read_port()
             m.d.comb += [write.addr.eq(self.write_addr), write.data.eq(self.write_data),
                          write.en.eq(self.write_en), read.addr.eq(self.read_addr),
                          read.en.eq(self.read_en), self.read_data.eq(read.data)]
@@ -58,6 +68,9 @@ class BlockRAM(wiring.Component):
 
         banks = -(-self._depth // _BLOCK_DEPTH)
         slices = -(-self._width // _BLOCK_WIDTH)
+        # A bit of write enable per data bit; the blocks' MASK is its inverse.
+        bit_enables = Cat(*(en.replicate(self._granularity) for en in self.write_en))
+        any_enable = self.write_en.any()
         read_bank = Signal(range(banks))          # the bank the last read came from
         with m.If(self.read_en):
             m.d.sync += read_bank.eq(self.read_addr[8:] if banks > 1 else 0)
@@ -73,9 +86,10 @@ class BlockRAM(wiring.Component):
                     i_RE=self.read_en & selected(self.read_addr),
                     i_RADDR=Cat(self.read_addr[:8], 0, 0, 0),
                     i_WCLK=ClockSignal(), i_WCLKE=1,
-                    i_WE=self.write_en & selected(self.write_addr),
+                    i_WE=any_enable & selected(self.write_addr),
                     i_WADDR=Cat(self.write_addr[:8], 0, 0, 0),
-                    i_MASK=0,
+                    i_MASK=~bit_enables[piece * _BLOCK_WIDTH:(piece + 1) * _BLOCK_WIDTH]
+                    if self._granularity != self._width else 0,
                     i_WDATA=self.write_data[piece * _BLOCK_WIDTH:(piece + 1) * _BLOCK_WIDTH],
                     o_RDATA=data)
                 pieces.append(data)

@@ -1,9 +1,10 @@
 """The Unified Buffer: on-chip memory of int8 activation rows."""
 
 from amaranth.hdl import Module
-from amaranth.lib import data, memory, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .block_ram import BlockRAM
 from .memory_ports import bounded_read
 
 __all__ = ["UnifiedBuffer"]
@@ -30,7 +31,9 @@ class UnifiedBuffer(wiring.Component):
         An out-of-range address was presented with its enable in the previous cycle.
 
     Latency: a read returns data 1 cycle after its request. A write requested in cycle ``t``
-    is seen by a read requested in cycle ``t + 1`` or later.
+    is seen by a read requested in cycle ``t + 1`` or later; a read of the row being written
+    in the same cycle returns the old row, or on an iCE40 an undefined one (the memory is
+    block RAM without Yosys's bypass there; the sequencer never lets the two meet).
     """
 
     def __init__(self, cfg):
@@ -54,20 +57,19 @@ class UnifiedBuffer(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        m.submodules.storage = storage = memory.Memory(
-            shape=self.row_layout, depth=cfg.ub_depth, init=[])
-        write = storage.write_port(granularity=1)
-        read = storage.read_port()
+        m.submodules.storage = storage = BlockRAM(
+            width=self.row_layout.size, depth=cfg.ub_depth, granularity=cfg.operand_width)
 
-        read_data, read_bad = bounded_read(m, read.addr, read.en, read.data,
-                                           addr=self.read_addr, en=self.read_en,
-                                           depth=cfg.ub_depth)
+        read_data, read_bad = bounded_read(m, storage.read_addr, storage.read_en,
+                                           storage.read_data, addr=self.read_addr,
+                                           en=self.read_en, depth=cfg.ub_depth)
         write_ok = self.write_addr < cfg.ub_depth
         m.d.comb += [
             self.read_data.eq(read_data),
-            write.addr.eq(self.write_addr),
-            write.data.eq(self.write_data),
-            write.en.eq(self.write_mask & (self.write_en & write_ok).replicate(cfg.ub_lanes)),
+            storage.write_addr.eq(self.write_addr),
+            storage.write_data.eq(self.write_data),
+            storage.write_en.eq(self.write_mask &
+                                (self.write_en & write_ok).replicate(cfg.ub_lanes)),
         ]
         m.d.sync += self.range_error.eq(read_bad | (self.write_en & ~write_ok))
         return m
