@@ -40,32 +40,39 @@ class ActivationIssuer(wiring.Component):
         })
 
     def elaborate(self, platform):
+        cfg = self._cfg
         m = Module()
-        issued = Signal(16)
-        count = Signal(16)
-        ub_next = Signal(16)         # the UB row of the next row to issue
+        # The sequencer hands over only ACTIVATEs within both memories, so rows and counts
+        # need only as many bits as the larger memory's depth.
+        row_bits = max(cfg.ub_depth, cfg.acc_depth).bit_length()
+        issued = Signal(row_bits)
+        count = Signal(row_bits)
+        last = Signal()              # the row offered is the last one (a register: no adder
+        #                              or comparison in front of ``busy``)
+        ub_next = Signal(row_bits)   # the UB row of the first row
         m.d.comb += [
             self.request.ready.eq(~self.busy),
             self.activate.valid.eq(self.busy),
-            self.activate.payload.acc_addr.eq(self.acc_low + issued),
+            self.activate.payload.acc_addr.eq(self.acc_low[:row_bits] + issued),
             self.activate.payload.ub_addr.eq(ub_next + issued),
-            self.acc_high.eq(self.acc_low + count),
+            self.acc_high.eq(self.acc_low[:row_bits] + count),
         ]
         with m.If(self.activate.valid & self.activate.ready):
-            m.d.sync += issued.eq(issued + 1)
-            with m.If(issued + 1 == count):
+            m.d.sync += [issued.eq(issued + 1), last.eq(issued + 2 == count)]
+            with m.If(last):
                 m.d.sync += self.busy.eq(0)
         with m.If(self.request.valid & self.request.ready):
             req = self.request.payload
-            new_high = req.ub_addr + req.count
-            m.d.sync += [self.busy.eq(req.count != 0), self.acc_low.eq(req.acc_addr),
-                         ub_next.eq(req.ub_addr), count.eq(req.count), issued.eq(0)]
+            ub_addr, req_count = req.ub_addr[:row_bits], req.count[:row_bits]
+            new_high = ub_addr + req_count
+            m.d.sync += [self.busy.eq(req.count != 0), self.acc_low.eq(req.acc_addr[:row_bits]),
+                         ub_next.eq(ub_addr), count.eq(req_count), issued.eq(0),
+                         last.eq(req.count == 1)]
             with m.If(self.draining):
                 # Rows of the ACTIVATE before are still on their way: cover both.
-                m.d.sync += [self.ub_low.eq(Mux(req.ub_addr < self.ub_low, req.ub_addr,
-                                                self.ub_low)),
+                m.d.sync += [self.ub_low.eq(Mux(ub_addr < self.ub_low, ub_addr, self.ub_low)),
                              self.ub_high.eq(Mux(new_high > self.ub_high, new_high,
                                                  self.ub_high))]
             with m.Else():
-                m.d.sync += [self.ub_low.eq(req.ub_addr), self.ub_high.eq(new_high)]
+                m.d.sync += [self.ub_low.eq(ub_addr), self.ub_high.eq(new_high)]
         return m

@@ -69,7 +69,7 @@ class HostInterface(wiring.Component):
         def int8_lanes(bits, lanes):
             return [bits[8 * k:8 * k + 8] for k in range(lanes)]
 
-        m.d.sync += self.start.eq(0)
+        m.d.sync += [self.start.eq(0), self.abort_run.eq(0)]
         with m.FSM(name="parser"):
             with m.State("Header"):
                 m.d.comb += self.cmd.ready.eq(~status_request & ~bad_request)
@@ -99,7 +99,9 @@ class HostInterface(wiring.Component):
                         with m.Case(Command.STATUS.value):
                             m.d.sync += status_request.eq(1)
                         with m.Case(Command.ABORT.value):
-                            m.d.comb += self.abort_run.eq(1)
+                            # Registered, like START: no path from the link's words into
+                            # the sequencer's issue logic.
+                            m.d.sync += self.abort_run.eq(1)
                         with m.Default():
                             m.d.sync += [bad_request.eq(1), bad_opcode.eq(head.opcode),
                                          bad_reply.eq(Reply.BAD_COMMAND.value)]

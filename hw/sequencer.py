@@ -166,7 +166,8 @@ class Sequencer(wiring.Component):
         chosen = Mux(~Cat(*(is_op[code] for code in Opcode)).any(), ErrorCode.BAD_OPCODE,
                      Mux((instr.reserved != 0) | bad_flags, ErrorCode.BAD_FIELD,
                          opcode_error))
-        return {"is_op": is_op, "a_end": a_end, "b_end": b_end, "error": chosen}
+        return {"is_op": is_op, "a_end": a_end, "b_end": b_end, "error": chosen,
+                "many_tiles": above(n, cfg.weight_fifo_tiles + 1)}
 
     def elaborate(self, platform):
         cfg = self._cfg
@@ -197,6 +198,10 @@ class Sequencer(wiring.Component):
         a_end, b_end = Signal(17), Signal(17)
         static_error = Signal(ErrorCode)
         count_zero = Signal()            # the count is 0
+        many_tiles = Signal()            # more tiles than the Weight FIFO can ever take
+        # The row being issued is the instruction's last (a MATMUL's): kept in a register,
+        # so that no adder or wide comparison sits before the issue decision.
+        last_step = Signal()
         # Which halves of the accumulator memory rows ``a...`` touch.
         a_in_low_half, a_in_high_half = Signal(), Signal()
         half = cfg.acc_depth // 2
@@ -206,6 +211,8 @@ class Sequencer(wiring.Component):
             m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
                          b_end.eq(decoded["b_end"]),
                          static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
+                         many_tiles.eq(decoded["many_tiles"]),
+                         last_step.eq(fetched.count == 1),
                          a_in_low_half.eq(~above(fetched.a, half - 1)),
                          a_in_high_half.eq(above(decoded["a_end"], half))]
             m.d.sync += [is_op[code].eq(decoded["is_op"][code]) for code in Opcode]
@@ -219,8 +226,11 @@ class Sequencer(wiring.Component):
         param = flags
         error = Signal(ErrorCode)
         has_error = Signal()
+        # tiles + n > weight_fifo_tiles + 1, on as few bits as tiles has (n is no wider
+        # unless many_tiles).
+        too_many_tiles = many_tiles | ((tiles + n[:len(tiles)]) > cfg.weight_fifo_tiles + 1)
         dynamic_error = Mux(
-            is_op[Opcode.READ_WEIGHTS] & ((tiles + n) > cfg.weight_fifo_tiles + 1),
+            is_op[Opcode.READ_WEIGHTS] & too_many_tiles,
             ErrorCode.WEIGHT_OVERFLOW,
             Mux(is_op[Opcode.MATMUL] & (n != 0) & switch & (tiles == 0) & (step == 0),
                 ErrorCode.NO_WEIGHTS, ErrorCode.NONE))
@@ -273,7 +283,6 @@ class Sequencer(wiring.Component):
             (self.issuer_busy & overlaps(rows_b, self.issuer_acc_low, self.issuer_acc_high)))
         dma_blocks_activate = (((kind == DMA_READ_HOST) | (kind == DMA_WRITE_UB)) &
                                dma_overlaps(rows_b))                                 # WAW/WAR, UB
-        last_step = step + 1 == n
 
         # Every command's payload comes straight from the instruction (only ``valid`` waits
         # for the checks), so the hazard logic is not on the payloads' paths.
@@ -421,7 +430,9 @@ class Sequencer(wiring.Component):
                             with m.If(switch & (step == 0)):
                                 m.d.sync += tiles.eq(tiles - 1)
                             with m.If(last_step):
-                                retire()
+                                retire()         # (which loads last_step for the next)
+                            with m.Else():
+                                m.d.sync += last_step.eq(step + 2 == n)
                 with m.If(moves & is_op[Opcode.ACTIVATE]):
                     with m.If(~acc_rows_a_pending & ~dma_blocks_activate):
                         m.d.comb += self.activate_request.valid.eq(1)
