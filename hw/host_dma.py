@@ -55,30 +55,32 @@ class HostDMA(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        base = Signal(16)
-        count = Signal(16)
-        requested = Signal(16)      # rows written, or read requests issued
-        answered = Signal(16)       # rows sent to the host
+        # Transfers come only within a memory (the sequencer and the host interface check
+        # the ranges), so rows and counts need only as many bits as the larger depth.
+        row_bits = max(cfg.ub_depth, cfg.acc_depth).bit_length()
+        base = Signal(row_bits)
+        count = Signal(row_bits)
+        requested = Signal(row_bits)    # rows written, or read requests issued
+        answered = Signal(row_bits)     # rows sent to the host
+        high = Signal(row_bits)         # base + count, kept in a register
         from_acc = self.kind == DMA_WRITE_ACC
 
-        # After a cancel, the answers of reads already issued are still on their way: they
-        # are taken and dropped before the next transfer starts, so none reaches it.
-        stale = Signal(16)
-        stale_from_acc = Signal()
-        high = Signal.like(self.high)        # base + count, kept in a register
-        m.d.comb += [self.request.ready.eq(~self.busy & (stale == 0)), self.low.eq(base),
+        # Reads issued whose answers have not been taken yet (the read servers hold at most
+        # a few). After a cancel they are still on their way: they are taken and dropped
+        # before the next transfer starts, so none reaches it.
+        outstanding = Signal(range(8))
+        dropping = Signal()
+        dropping_from_acc = Signal()
+        m.d.comb += [self.request.ready.eq(~self.busy & ~dropping), self.low.eq(base),
                      self.high.eq(high)]
-        with m.If(stale != 0):
-            m.d.comb += [self.host_acc_data.ready.eq(stale_from_acc),
-                         self.host_data.ready.eq(~stale_from_acc)]
-            with m.If(Mux(stale_from_acc, self.host_acc_data.valid, self.host_data.valid)):
-                m.d.sync += stale.eq(stale - 1)
+        with m.If(dropping):
+            m.d.comb += [self.host_acc_data.ready.eq(dropping_from_acc),
+                         self.host_data.ready.eq(~dropping_from_acc)]
         with m.If(self.request.valid & self.request.ready):
-            m.d.sync += [self.busy.eq(self.request.payload.count != 0),
-                         self.kind.eq(self.request.payload.kind),
-                         base.eq(self.request.payload.addr),
-                         count.eq(self.request.payload.count),
-                         high.eq(self.request.payload.addr + self.request.payload.count),
+            payload = self.request.payload
+            m.d.sync += [self.busy.eq(payload.count != 0), self.kind.eq(payload.kind),
+                         base.eq(payload.addr[:row_bits]), count.eq(payload.count[:row_bits]),
+                         high.eq(payload.addr[:row_bits] + payload.count[:row_bits]),
                          requested.eq(0), answered.eq(0)]
 
         reading_host = self.busy & (self.kind == DMA_READ_HOST)
@@ -96,7 +98,7 @@ class HostDMA(wiring.Component):
                     m.d.sync += self.busy.eq(0)
 
         issued_now = Signal()       # a read request is taken this cycle
-        answered_now = Signal()     # an answer goes to the host this cycle
+        answered_now = Signal()     # an answer is taken this cycle (sent, or dropped)
         with m.If(self.busy & (self.kind != DMA_READ_HOST)):
             with m.If(requested != count):
                 with m.If(from_acc):
@@ -122,9 +124,16 @@ class HostDMA(wiring.Component):
                 m.d.sync += answered.eq(answered + 1)
                 with m.If(answered + 1 == count):
                     m.d.sync += self.busy.eq(0)
+        with m.If(dropping & Mux(dropping_from_acc, self.host_acc_data.valid,
+                                 self.host_data.valid)):
+            m.d.comb += answered_now.eq(1)
+        next_outstanding = outstanding + issued_now - answered_now
+        m.d.sync += outstanding.eq(next_outstanding)
+        with m.If(dropping & (next_outstanding == 0)):
+            m.d.sync += dropping.eq(0)
         with m.If(self.cancel & self.busy):
             m.d.sync += self.busy.eq(0)
             with m.If(self.kind != DMA_READ_HOST):
-                m.d.sync += [stale.eq(requested + issued_now - answered - answered_now),
-                             stale_from_acc.eq(from_acc)]
+                m.d.sync += [dropping.eq(next_outstanding != 0),
+                             dropping_from_acc.eq(from_acc)]
         return m

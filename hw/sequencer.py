@@ -198,7 +198,13 @@ class Sequencer(wiring.Component):
         a_end, b_end = Signal(17), Signal(17)
         static_error = Signal(ErrorCode)
         count_zero = Signal()            # the count is 0
-        many_tiles = Signal()            # more tiles than the Weight FIFO can ever take
+        # The checks that depend on the tiles in the Weight FIFO, made as the instruction
+        # is loaded (with the count of tiles it will find), so that the issue decision
+        # starts from registers: READ_WEIGHTS would overflow the FIFO; a switching MATMUL
+        # finds no tile.
+        weight_overflow, no_weights = Signal(), Signal()
+        static_bad = Signal()            # static_error is not NONE
+        priming = Signal()               # the first instruction of a run is loaded
         # The row being issued is the instruction's last (a MATMUL's): kept in a register,
         # so that no adder or wide comparison sits before the issue decision.
         last_step = Signal()
@@ -206,12 +212,25 @@ class Sequencer(wiring.Component):
         a_in_low_half, a_in_high_half = Signal(), Signal()
         half = cfg.acc_depth // 2
         decoded = self._static_decode(m, fetched)
+        # The tiles after this cycle, when an instruction retires into the next one: the
+        # retiring READ_WEIGHTS adds its count, a switching MATMUL of one row takes one.
+        # (Checked instructions only, so a count of tiles is small.)
+        tile_bits = len(tiles)
+        tiles_then = Mux(priming, tiles,
+                         tiles + Mux(is_op[Opcode.READ_WEIGHTS], instr.count[:tile_bits], 0) -
+                         (is_op[Opcode.MATMUL] & instr.flags[1] & ~count_zero & (step == 0)))
+        fetched_tiles = fetched.count[:tile_bits]
         with m.If(load):
             m.d.sync += upcoming.eq(program.read_data)
             m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
                          b_end.eq(decoded["b_end"]),
                          static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
-                         many_tiles.eq(decoded["many_tiles"]),
+                         static_bad.eq(decoded["error"] != ErrorCode.NONE),
+                         weight_overflow.eq(decoded["is_op"][Opcode.READ_WEIGHTS] & (
+                             decoded["many_tiles"] |
+                             (tiles_then + fetched_tiles > cfg.weight_fifo_tiles + 1))),
+                         no_weights.eq(decoded["is_op"][Opcode.MATMUL] & fetched.flags[1] &
+                                       (fetched.count != 0) & (tiles_then == 0)),
                          last_step.eq(fetched.count == 1),
                          a_in_low_half.eq(~above(fetched.a, half - 1)),
                          a_in_high_half.eq(above(decoded["a_end"], half))]
@@ -226,18 +245,11 @@ class Sequencer(wiring.Component):
         param = flags
         error = Signal(ErrorCode)
         has_error = Signal()
-        # tiles + n > weight_fifo_tiles + 1, on as few bits as tiles has (n is no wider
-        # unless many_tiles).
-        too_many_tiles = many_tiles | ((tiles + n[:len(tiles)]) > cfg.weight_fifo_tiles + 1)
-        dynamic_error = Mux(
-            is_op[Opcode.READ_WEIGHTS] & too_many_tiles,
-            ErrorCode.WEIGHT_OVERFLOW,
-            Mux(is_op[Opcode.MATMUL] & (n != 0) & switch & (tiles == 0) & (step == 0),
-                ErrorCode.NO_WEIGHTS, ErrorCode.NONE))
+        dynamic_error = Mux(weight_overflow, ErrorCode.WEIGHT_OVERFLOW,
+                            Mux(no_weights, ErrorCode.NO_WEIGHTS, ErrorCode.NONE))
         # Per opcode, every static check comes before the dynamic one.
-        m.d.comb += [error.eq(Mux(static_error != ErrorCode.NONE, static_error, dynamic_error)),
-                     has_error.eq((static_error != ErrorCode.NONE) |
-                                  (dynamic_error != ErrorCode.NONE))]
+        m.d.comb += [error.eq(Mux(static_bad, static_error, dynamic_error)),
+                     has_error.eq(static_bad | weight_overflow | no_weights)]
 
         # --- status and counters ---------------------------------------------------------
         running = Signal()
@@ -344,7 +356,7 @@ class Sequencer(wiring.Component):
                     if state == "Fill":
                         m.d.sync += upcoming.eq(program.read_data)
                     else:
-                        m.d.comb += load.eq(1)
+                        m.d.comb += [load.eq(1), priming.eq(1)]
                     with m.If(self.abort_run):
                         m.d.comb += self.dma_cancel.eq(1)
                         stop(CoreState.IDLE)

@@ -38,9 +38,12 @@ class SerialTPU(wiring.Component):
         wiring.connect(m, receiver.bytes, link.rx_bytes)
         wiring.connect(m, link.tx_bytes, transmitter.bytes)
         if is_ice40(platform):
-            # At the iCE40's clock the link and the TPU meet directly.
+            # At the iCE40's clock only the replies need a register stage: without it the
+            # link's state would reach through the host interface into the DMA engine.
             wiring.connect(m, link.cmd, tpu.cmd)
-            wiring.connect(m, tpu.rsp, link.rsp)
+            m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32)
+            wiring.connect(m, tpu.rsp, rsp_buffer.i)
+            wiring.connect(m, rsp_buffer.o, link.rsp)
         else:
             # Register stages between the link and the TPU, so that the link's queue memory
             # and the host interface's decoding do not make one long path.
