@@ -26,9 +26,9 @@ def activation_unit(cfg, *, tag_shape=unsigned(16)):
 
 def activation_latency(cfg):
     """Cycles from a row entering the activation unit of ``cfg`` to its result: 7, or
-    ``cols * (activation_steps + 36) + 1`` for the lane-serial unit."""
+    ``cols * (activation_steps + 37) + 1`` for the lane-serial unit."""
     if cfg.activation_steps:
-        return cfg.cols * (cfg.activation_steps + 36) + 1
+        return cfg.cols * (cfg.activation_steps + 37) + 1
     return ActivationUnit.latency
 
 
@@ -83,7 +83,13 @@ def shifted_right(m, value, shift, suffix=""):
 def clamped_output(cfg, truncated, round_up, zero_point, relu):
     """Stage 4b: the rounded value plus the zero point, clamped to the operand range (from
     the zero point up with ReLU)."""
-    value, _ = saturate(truncated + round_up + zero_point, cfg.operand_shape)
+    return clamped(cfg, truncated + round_up + zero_point, zero_point, relu)
+
+
+def clamped(cfg, value, zero_point, relu):
+    """The end of stage 4b: ``value`` (the rounded value plus the zero point) clamped to the
+    operand range, from the zero point up with ReLU."""
+    value, _ = saturate(value, cfg.operand_shape)
     return Mux(relu & (value < zero_point), zero_point, value)
 
 

@@ -74,7 +74,7 @@ class Datapath(wiring.Component):
     the end of cycle ``t + 4 + rows + cols`` (:attr:`matmul_latency`); an ``activate``
     accepted in cycle ``t`` writes its UB row at the end of cycle ``t + 1 + L``
     (:attr:`activate_latency`), where ``L`` is the activation unit's latency (7; with
-    ``cfg.activation_steps``, ``cols * (steps + 36) + 1``, and the next ``activate`` is taken
+    ``cfg.activation_steps``, ``cols * (steps + 37) + 1``, and the next ``activate`` is taken
     only when the unit can take its row).
     """
 

@@ -203,18 +203,31 @@ class HostInterface(wiring.Component):
                     _goto(m, count == 1, "Header", "Data")
 
         # --- replies: one whole reply at a time ------------------------------------------
+        # A header, then the words; ``word`` counts the words sent after the header.
         lanes = cfg.ub_lanes
-        sent = Signal(range(max(lanes, STATUS_WORDS) + 2))
+        word = Signal(range(max(lanes, STATUS_WORDS) + 1))
+        header_sent = Signal()
         # The status words are read as they are sent (no copy): the counters of a stopped
         # program stand still, those of a running one go on between the words.
-        status_words = Cat(
-            self.state.as_value(), Const(0, 6), self.error.as_value(), Const(0, 20),
-            self.error_pc, Const(0, 15), self.cycles, self.mxu_busy_cycles,
-            self.weight_stall_cycles, self.instructions)
+        status_words = [
+            Cat(self.state.as_value(), Const(0, 6), self.error.as_value()),
+            self.error_pc, self.cycles, self.mxu_busy_cycles, self.weight_stall_cycles,
+            self.instructions]
+        assert len(status_words) == STATUS_WORDS
+        row = self.host_out.payload
+        status_word, row_word = Signal(32), Signal(32)
+        with m.Switch(word):
+            for index, value in enumerate(status_words):
+                with m.Case(index):
+                    m.d.comb += status_word.eq(value)
+        with m.Switch(word):
+            for index in range(lanes):
+                with m.Case(index):
+                    m.d.comb += row_word.eq(row[index].as_signed())
         with m.FSM(name="replies"):
             with m.State("Idle"):
+                m.d.sync += [word.eq(0), header_sent.eq(0)]
                 with m.If(status_request):
-                    m.d.sync += sent.eq(0)
                     m.next = "Status"
                 with m.Elif(bad_request):
                     m.d.comb += [self.rsp.valid.eq(1),
@@ -222,33 +235,23 @@ class HostInterface(wiring.Component):
                     with m.If(self.rsp.ready):
                         m.d.sync += bad_request.eq(0)
                 with m.Elif(self.host_out.valid):
-                    m.d.sync += sent.eq(0)
                     m.next = "Row"
-            with m.State("Status"):
-                m.d.comb += self.rsp.valid.eq(1)
-                with m.If(sent == 0):
-                    m.d.comb += self.rsp.payload.eq((Reply.STATUS.value << 24) | STATUS_WORDS)
-                with m.Else():
-                    m.d.comb += self.rsp.payload.eq(
-                        status_words.word_select((sent - 1).as_unsigned(), 32))
-                with m.If(self.rsp.ready):
-                    m.d.sync += sent.eq(sent + 1)
-                    with m.If(sent == STATUS_WORDS):
-                        m.d.sync += status_request.eq(0)
-                        m.next = "Idle"
-            with m.State("Row"):
-                m.d.comb += self.rsp.valid.eq(1)
-                with m.If(sent == 0):
-                    m.d.comb += self.rsp.payload.eq((Reply.ROW.value << 24) | lanes)
-                with m.Else():
-                    m.d.comb += self.rsp.payload.eq(
-                        self.host_out.payload.as_value().word_select((sent - 1).as_unsigned(), cfg.acc_width)
-                        .as_signed())
-                with m.If(self.rsp.ready):
-                    m.d.sync += sent.eq(sent + 1)
-                    with m.If(sent == lanes):
-                        m.d.comb += self.host_out.ready.eq(1)
-                        m.next = "Idle"
+            for state, kind, words, value in (("Status", Reply.STATUS, STATUS_WORDS, status_word),
+                                              ("Row", Reply.ROW, lanes, row_word)):
+                with m.State(state):
+                    m.d.comb += [self.rsp.valid.eq(1),
+                                 self.rsp.payload.eq(Mux(header_sent, value,
+                                                         (kind.value << 24) | words))]
+                    with m.If(self.rsp.ready):
+                        m.d.sync += header_sent.eq(1)
+                        with m.If(header_sent):
+                            m.d.sync += word.eq(word + 1)
+                            with m.If(word == words - 1):
+                                if state == "Status":
+                                    m.d.sync += status_request.eq(0)
+                                else:
+                                    m.d.comb += self.host_out.ready.eq(1)
+                                m.next = "Idle"
         return m
 
 

@@ -295,6 +295,11 @@ class Sequencer(wiring.Component):
             (self.issuer_busy & overlaps(rows_b, self.issuer_acc_low, self.issuer_acc_high)))
         dma_blocks_activate = (((kind == DMA_READ_HOST) | (kind == DMA_WRITE_UB)) &
                                dma_overlaps(rows_b))                                 # WAW/WAR, UB
+        # What each kind of instruction waits for, besides the handshake.
+        matmul_free = ~activation_blocks_matmul & ~dma_blocks_matmul
+        activate_free = ~acc_rows_a_pending & ~dma_blocks_activate
+        dma_free = ~self.activate_busy & ~(is_op[Opcode.WRITE_HOST] & from_acc &
+                                           acc_rows_a_pending)
 
         # Every command's payload comes straight from the instruction (only ``valid`` waits
         # for the checks), so the hazard logic is not on the payloads' paths.
@@ -389,22 +394,12 @@ class Sequencer(wiring.Component):
                 with m.Elif(has_error):
                     m.d.sync += [self.error.eq(error), self.error_pc.eq(pc)]
                     m.next = "Drain"
-                with m.If(go & is_op[Opcode.NOP]):
-                    retire()
                 with m.If(go & is_op[Opcode.HALT]):
                     with m.If(all_idle):
                         m.d.sync += self.instructions.eq(self.instructions + 1)
                         stop(CoreState.HALTED)
-                with m.If(go & is_op[Opcode.SYNC]):
-                    with m.If(all_idle):
-                        retire()
-                with m.If(go & count_zero & (is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST] |
-                                             is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] |
-                                             is_op[Opcode.ACTIVATE])):
-                    retire()     # a zero count does nothing (CONFIG's count is a lane)
                 with m.If(go & is_op[Opcode.CONFIG]):
                     with m.If(~self.activate_busy):
-                        retire()
                         with m.Switch(param):
                             for p, target in ((ConfigParam.BIAS, params.bias),
                                               (ConfigParam.MULTIPLIER, params.multiplier),
@@ -424,30 +419,43 @@ class Sequencer(wiring.Component):
                 with m.If(moves & (is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST])):
                     # Handed to the host DMA engine, which moves the rows while the
                     # sequencer goes on; instructions that touch those rows wait for it.
-                    with m.If(~self.activate_busy &
-                              ~(is_op[Opcode.WRITE_HOST] & from_acc & acc_rows_a_pending)):
+                    with m.If(dma_free):
                         m.d.comb += self.dma_request.valid.eq(1)
-                        with m.If(self.dma_request.ready):
-                            retire()
                 with m.If(moves & is_op[Opcode.READ_WEIGHTS]):
                     m.d.comb += self.weight_request.valid.eq(1)
                     with m.If(self.weight_request.ready):
                         m.d.sync += tiles.eq(tiles + n)
-                        retire()
                 with m.If(moves & is_op[Opcode.MATMUL]):
-                    with m.If(~activation_blocks_matmul & ~dma_blocks_matmul):
+                    with m.If(matmul_free):
                         m.d.comb += self.matmul.valid.eq(1)
                         with m.If(self.matmul.ready):
                             m.d.sync += step.eq(step + 1)
                             with m.If(switch & (step == 0)):
                                 m.d.sync += tiles.eq(tiles - 1)
-                            with m.If(last_step):
-                                retire()         # (which loads last_step for the next)
-                            with m.Else():
+                            with m.If(~last_step):   # (retiring loads the next one's)
                                 m.d.sync += last_step.eq(step + 2 == n)
                 with m.If(moves & is_op[Opcode.ACTIVATE]):
-                    with m.If(~acc_rows_a_pending & ~dma_blocks_activate):
+                    with m.If(activate_free):
                         m.d.comb += self.activate_request.valid.eq(1)
-                        with m.If(self.activate_request.ready):
-                            retire()
+                # Whether the instruction retires this cycle, as one flat expression of the
+                # checks above and the handshakes, so that the fetch it starts is not at
+                # the end of a chain of decisions.
+                dma_ops = is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST]
+                counted = dma_ops | is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] | \
+                    is_op[Opcode.ACTIVATE]
+                retire_now = Signal()
+                m.d.comb += retire_now.eq(go & (
+                    is_op[Opcode.NOP] |
+                    (is_op[Opcode.SYNC] & all_idle) |
+                    (count_zero & counted) |       # a zero count does nothing (CONFIG's
+                    #                                count is a lane)
+                    (is_op[Opcode.CONFIG] & ~self.activate_busy) |
+                    (~count_zero & (
+                        (dma_ops & dma_free & self.dma_request.ready) |
+                        (is_op[Opcode.READ_WEIGHTS] & self.weight_request.ready) |
+                        (is_op[Opcode.MATMUL] & matmul_free & self.matmul.ready & last_step) |
+                        (is_op[Opcode.ACTIVATE] & activate_free &
+                         self.activate_request.ready)))))
+                with m.If(retire_now):
+                    retire()
         return m

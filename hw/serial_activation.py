@@ -7,7 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .activation import (PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, biased,
-                         clamped_output)
+                         clamped)
 from .block_ram import BlockRAM
 from .arith import saturate
 
@@ -29,7 +29,7 @@ class SerialActivationUnit(wiring.Component):
     given a value of its own (so that writing every lane takes one cycle too). Shifts, zero
     point and ReLU come from ``params`` (its biases and multipliers are not used).
 
-    Per lane, ``steps + 36`` cycles:
+    Per lane, ``steps + 37`` cycles:
 
     * 1: read the lane's bias;
     * 1: ``x = saturate(acc + bias)``; read the lane's multiplier;
@@ -41,15 +41,15 @@ class SerialActivationUnit(wiring.Component):
     * :data:`SERIAL_SHIFT_CYCLES`: the right shift, a bit per cycle while ``shift`` lasts,
       keeping the last bit shifted out and whether any before it was set (which is all that
       rounding half away from zero needs);
-    * 1: rounding, zero point and clamp; the byte goes into the output row, which shifts
-      down a lane.
+    * 1: rounding and the zero point;
+    * 1: the clamp; the byte goes into the output row, which shifts down a lane.
 
     Members: those of :class:`~tpuer.hw.activation.ActivationUnit`, and ``param_write``
     (In, :data:`~tpuer.hw.activation.PARAM_WRITE_LAYOUT`), taken only while ``busy`` is low.
     After reset every bias is 0 and every multiplier ``2**31 - 1``. A row is taken when
     the unit is empty and its output free (or being taken).
 
-    Latency: :attr:`latency` = ``cols * (steps + 36) + 1`` cycles from ``i`` to ``o``; the
+    Latency: :attr:`latency` = ``cols * (steps + 37) + 1`` cycles from ``i`` to ``o``; the
     unit takes the next row in the cycle its output is taken.
     """
 
@@ -87,7 +87,8 @@ class SerialActivationUnit(wiring.Component):
         READ_BIAS, BIAS, NUDGE = 0, 1, 2
         HIGH = NUDGE + steps + 1
         SHIFT = HIGH + 1
-        OUTPUT = SHIFT + SERIAL_SHIFT_CYCLES
+        ROUND = SHIFT + SERIAL_SHIFT_CYCLES
+        OUTPUT = ROUND + 1
 
         running = Signal()
         row = Signal(self.in_layout.members["data"])
@@ -98,7 +99,7 @@ class SerialActivationUnit(wiring.Component):
         x = Signal(cfg.acc_shape)                               # the biased word
         high_part = Signal(signed(cfg.multiplier_width + 1))    # running sum >> bits done
         low_part = Signal(cfg.multiplier_width)                 # the sum's finished low bits
-        value = Signal(signed(32))                              # being shifted right
+        value = Signal(signed(33))           # being shifted right, then rounded
         shifts_left = Signal(cfg.shift_shape)
         last_out = Signal()           # the bit last shifted out of ``value``
         sticky = Signal()             # some bit shifted out before it was set
@@ -184,16 +185,19 @@ class SerialActivationUnit(wiring.Component):
                 m.d.sync += [value.eq(high), shifts_left.eq(p.shift[lane]), last_out.eq(0),
                              sticky.eq(0)]
 
-            with m.Elif((phase > HIGH) & (phase < OUTPUT)):
+            with m.Elif((phase > HIGH) & (phase < ROUND)):
                 with m.If(shifts_left != 0):
                     m.d.sync += [value.eq(value >> 1), last_out.eq(value[0]),
                                  sticky.eq(sticky | last_out), shifts_left.eq(shifts_left - 1)]
 
-            with m.Elif(phase == OUTPUT):
+            with m.Elif(phase == ROUND):
                 # value >> shift rounds up when the bit below it is set and, for a negative
                 # value, some bit below that too: exactly gemmlowp's remainder > threshold.
                 round_up = last_out & (~value[-1] | sticky)
-                out = clamped_output(cfg, value, round_up, p.zero_point, p.relu)
+                m.d.sync += value.eq(value + round_up + p.zero_point)
+
+            with m.Elif(phase == OUTPUT):
+                out = clamped(cfg, value, p.zero_point, p.relu)
                 m.d.sync += [self.o.payload.data.as_value().eq(
                                  Cat(self.o.payload.data.as_value()[cfg.operand_width:],
                                      out[:cfg.operand_width])),

@@ -58,7 +58,7 @@ class Config:
         time, each lane's 32 x 32-bit multiplication done in that many steps of
         ``32 / activation_steps`` bits and its rounding shift a bit per cycle, for devices
         without multipliers or logic to spare (a row then takes
-        ``cols * (activation_steps + 36) + 1`` cycles).
+        ``cols * (activation_steps + 37) + 1`` cycles).
 
     Raises
     ------
