@@ -127,13 +127,14 @@ class HostDMA(wiring.Component):
         with m.If(dropping & Mux(dropping_from_acc, self.host_acc_data.valid,
                                  self.host_data.valid)):
             m.d.comb += answered_now.eq(1)
-        next_outstanding = outstanding + issued_now - answered_now
-        m.d.sync += outstanding.eq(next_outstanding)
-        with m.If(dropping & (next_outstanding == 0)):
+        m.d.sync += outstanding.eq(outstanding + issued_now - answered_now)
+        # None owed after this cycle; written so that this cycle's handshakes come last.
+        none_left = Mux(issued_now, answered_now & (outstanding == 0),
+                        Mux(answered_now, outstanding == 1, outstanding == 0))
+        with m.If(dropping & none_left):
             m.d.sync += dropping.eq(0)
         with m.If(self.cancel & self.busy):
             m.d.sync += self.busy.eq(0)
             with m.If(self.kind != DMA_READ_HOST):
-                m.d.sync += [dropping.eq(next_outstanding != 0),
-                             dropping_from_acc.eq(from_acc)]
+                m.d.sync += [dropping.eq(~none_left), dropping_from_acc.eq(from_acc)]
         return m

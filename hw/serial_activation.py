@@ -146,6 +146,8 @@ class SerialActivationUnit(wiring.Component):
         # The multiplier's next digit into a register, so that picking it (the lane's word,
         # then the digit) is not on the adder's path: in phase NUDGE + k, digit k.
         digit_register = Signal(digit_bits)
+        final_digit = Signal()          # the digit in digit_register is the last, signed one
+        m.d.sync += final_digit.eq(phase == NUDGE + steps - 1)
         next_index = (phase - NUDGE)[:max(1, (steps - 1).bit_length())]
         m.d.sync += digit_register.eq(multiplier.word_select(next_index, digit_bits)
                                       if steps > 1 else multiplier)
@@ -162,13 +164,19 @@ class SerialActivationUnit(wiring.Component):
             with m.Elif((phase > NUDGE) & (phase < HIGH)):
                 # Digit ``phase - NUDGE - 1`` of the multiplier, picked in the cycle before;
                 # the last one carries its sign.
-                last_digit = phase == NUDGE + steps
+                last_digit = final_digit
                 partial = Signal(signed(cfg.multiplier_width + digit_bits + 2))
                 if digit_bits == 1:
                     # x * digit without a multiplier: x, -x (= ~x + 1) for the sign bit, or 0
                     bit = digit_register[0]
                     addend = Mux(bit, Mux(last_digit, ~x, x), 0)
-                    m.d.comb += partial.eq(high_part + addend + (last_digit & bit))
+                    # high_part + addend + carry as one carry chain: with the carry as the
+                    # low bit of both operands, the sum's low bit is 0 and carries it in.
+                    carry = last_digit & bit
+                    wide = Signal(signed(cfg.multiplier_width + 4))
+                    m.d.comb += [wide.eq(Cat(carry, high_part).as_signed() +
+                                         Cat(carry, addend.as_signed()).as_signed()),
+                                 partial.eq(wide >> 1)]
                 else:
                     digit = Cat(digit_register,
                                 Mux(last_digit, digit_register[-1], 0)).as_signed()
