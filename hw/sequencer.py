@@ -265,7 +265,6 @@ class Sequencer(wiring.Component):
         all_idle = (~self.matmul_busy & ~self.activate_busy & ~self.weight_reader_busy &
                     ~self.dma_busy)
 
-        rows_a, rows_b = (a, a_end), (b, b_end)    # the rows an operand names
         # The hazard checks matter only for an instruction that passed its range checks,
         # against transfers that passed theirs: every row number and end is then at most
         # the larger memory's depth, so they compare only that many bits.
@@ -277,24 +276,49 @@ class Sequencer(wiring.Component):
             low, high = low[:row_bits], high[:row_bits]
             return (low < end) & (start < high)
 
-        def dma_overlaps(rows):
-            """The DMA transfer under way touches ``rows``."""
-            return self.dma_busy & overlaps(rows, self.dma_low, self.dma_high)
+        # Whether the instruction's rows meet those of the DMA transfer and of the
+        # activation under way, compared as the instruction is loaded, so that the issue
+        # decision starts from registers. Those rows change only when the sequencer hands
+        # over a transfer or an ACTIVATE, which is when the instruction before retires:
+        # so the comparison is made with the rows they will have from the next cycle on.
+        ov_dma_a, ov_dma_b = Signal(), Signal()       # rows a / b meet the DMA's
+        ov_ub_a, ov_acc_b = Signal(), Signal()        # rows a / b meet the activation's
+        handed_dma = ~priming & ~count_zero & (is_op[Opcode.READ_HOST] |
+                                               is_op[Opcode.WRITE_HOST])
+        handed_activate = ~priming & ~count_zero & is_op[Opcode.ACTIVATE]
+        dma_next = (Mux(handed_dma, a[:row_bits], self.dma_low[:row_bits]),
+                    Mux(handed_dma, a_end[:row_bits], self.dma_high[:row_bits]))
+        acc_next = (Mux(handed_activate, a[:row_bits], self.issuer_acc_low[:row_bits]),
+                    Mux(handed_activate, a_end[:row_bits], self.issuer_acc_high[:row_bits]))
+        # The issuer covers the UB rows of the ACTIVATE before too while they are still on
+        # their way (it is idle when it takes one, so activate_busy is the datapath's).
+        ub_low, ub_high = self.issuer_ub_low[:row_bits], self.issuer_ub_high[:row_bits]
+        new_low, new_high = b[:row_bits], b_end[:row_bits]
+        merged = (Mux(new_low < ub_low, new_low, ub_low),
+                  Mux(new_high > ub_high, new_high, ub_high))
+        ub_next = (Mux(handed_activate, Mux(self.activate_busy, merged[0], new_low), ub_low),
+                   Mux(handed_activate, Mux(self.activate_busy, merged[1], new_high), ub_high))
+        next_rows_a = (fetched.a, decoded["a_end"])
+        next_rows_b = (fetched.b, decoded["b_end"])
+        with m.If(load):
+            m.d.sync += [ov_dma_a.eq(overlaps(next_rows_a, *dma_next)),
+                         ov_dma_b.eq(overlaps(next_rows_b, *dma_next)),
+                         ov_ub_a.eq(overlaps(next_rows_a, *ub_next)),
+                         ov_acc_b.eq(overlaps(next_rows_b, *acc_next))]
 
         # Products are still going into accumulator rows ``a...``.
         acc_rows_a_pending = ((self.acc_bank_busy[0] & a_in_low_half) |
                               (self.acc_bank_busy[1] & a_in_high_half))
 
         kind = self.dma_kind
-        dma_blocks_matmul = (((kind == DMA_READ_HOST) & dma_overlaps(rows_a)) |       # RAW, UB
-                             ((kind == DMA_WRITE_ACC) & dma_overlaps(rows_b)))        # WAR, acc
+        dma_blocks_matmul = self.dma_busy & (((kind == DMA_READ_HOST) & ov_dma_a) |   # RAW, UB
+                                             ((kind == DMA_WRITE_ACC) & ov_dma_b))    # WAR, acc
         # An activation under way still reads accumulator rows (until the issuer is done)
         # and writes UB rows (until the activation unit is empty).
-        activation_blocks_matmul = (
-            (self.activate_busy & overlaps(rows_a, self.issuer_ub_low, self.issuer_ub_high)) |
-            (self.issuer_busy & overlaps(rows_b, self.issuer_acc_low, self.issuer_acc_high)))
-        dma_blocks_activate = (((kind == DMA_READ_HOST) | (kind == DMA_WRITE_UB)) &
-                               dma_overlaps(rows_b))                                 # WAW/WAR, UB
+        activation_blocks_matmul = ((self.activate_busy & ov_ub_a) |
+                                    (self.issuer_busy & ov_acc_b))
+        dma_blocks_activate = (self.dma_busy & ov_dma_b &                           # WAW/WAR, UB
+                               ((kind == DMA_READ_HOST) | (kind == DMA_WRITE_UB)))
         # What each kind of instruction waits for, besides the handshake.
         matmul_free = ~activation_blocks_matmul & ~dma_blocks_matmul
         activate_free = ~acc_rows_a_pending & ~dma_blocks_activate

@@ -323,6 +323,9 @@ async def bench_hazards(io, cfg, rng):
         isa.write_host(0, n),                           # RAW on activated UB rows
         isa.matmul(1, n, 1, accumulate=True, switch=False),
         isa.matmul(2, n, 1, accumulate=True, switch=False),  # adds to the row just written
+        isa.activate(0, 2 * n, n),
+        isa.activate(n, 0, n),                  # taken while the rows before still drain:
+        isa.matmul(2 * n, 0, n, switch=False),  # RAW on those (the issuer covers both)
         isa.write_host(0, 2 * n, from_acc=True),
         isa.halt(),
     ]
@@ -335,7 +338,9 @@ async def bench_hazards(io, cfg, rng):
     program = [
         isa.read_weights(0, 2),
         isa.matmul(0, 0, n, switch=True),                    # accumulator rows to read out
-        isa.read_host(0, n),                                 # slow: the host idles
+        isa.write_host(n, 1),                                # a transfer of other rows,
+        isa.sync(),                                          # the products in,
+        isa.read_host(0, n),                                 # then a slow one: the host idles
         isa.activate(0, 0, n),                               # WAW on UB rows 0..n
         isa.write_host(0, n),                                # must see the activated rows
         isa.activate(n, 0, n),                               # WAR: after WRITE_HOST read them
