@@ -73,8 +73,9 @@ def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
 
 def test_tpu_as_the_icebreaker_has_it(tmp_path):
     """The whole TPU elaborated for the iCEBreaker: products in SB_MAC16 blocks, the
-    instruction memory in the four SB_SPRAM256KA blocks, the accumulators' outside read
-    port and the activation unit's parameters in SB_RAM40_4K blocks, on Icarus with Yosys's models of the primitives; programs
+    instruction memory in the four SB_SPRAM256KA blocks, the accumulator memory, the
+    Unified Buffer and the activation unit's parameters in SB_RAM40_4K blocks, on Icarus
+    with Yosys's models of the primitives; programs
     over the host command set against the golden model."""
     from amaranth_boards.icebreaker import ICEBreakerPlatform
     from tpuer.hw.export import build_block
@@ -85,8 +86,11 @@ def test_tpu_as_the_icebreaker_has_it(tmp_path):
     verilog = backend.to_verilog(component, platform=platform)
     assert verilog.count("SB_SPRAM256KA ") == 4
     assert verilog.count("SB_MAC16 ") == (cfg.rows * cfg.cols + 1) // 2
-    # the accumulators' outside read port, and the activation unit's 32-bit parameters
-    assert verilog.count("SB_RAM40_4K ") == -(-cfg.cols * cfg.acc_width // 16) + 2
+    # the accumulator memory and its outside read port's copy, the Unified Buffer (256 x
+    # 16-bit blocks), and the activation unit's 32-bit parameters
+    acc_blocks = -(-cfg.cols * cfg.acc_width // 16) * -(-cfg.acc_depth // 256)
+    ub_blocks = -(-cfg.ub_lanes * cfg.operand_width // 16) * -(-cfg.ub_depth // 256)
+    assert verilog.count("SB_RAM40_4K ") == 2 * acc_blocks + ub_blocks + 2
     built = backend.build("tpu", cfg, "icarus", component=build_block("tpu", cfg),
                           platform=platform, variant="ice40",
                           extra_sources=[ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA",
