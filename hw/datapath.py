@@ -263,7 +263,9 @@ def _serve_host_reads(m, name, request, response, read_data, *, blocked):
     m.submodules[f"{name}_answers"] = queue
     fresh = Signal(name=f"{name}_fresh")     # the port's data is a host row this cycle
     taken = queue.r_rdy & response.ready
-    room = queue.level + fresh - taken < depth
+    # level + fresh - taken < depth, with the late ``taken`` last
+    held = queue.level + fresh
+    room = (held < depth) | (taken & (held < depth + 1))
     issue = request.valid & ~blocked & room
     m.d.comb += [
         request.ready.eq(~blocked & room),

@@ -63,6 +63,9 @@ class HostDMA(wiring.Component):
         requested = Signal(row_bits)    # rows written, or read requests issued
         answered = Signal(row_bits)     # rows sent to the host
         high = Signal(row_bits)         # base + count, kept in a register
+        # Whether the next row written or answered is the transfer's last: registers, so
+        # that only this cycle's handshake decides when ``busy`` falls.
+        last_request, last_answer = Signal(), Signal()
         from_acc = self.kind == DMA_WRITE_ACC
 
         # Reads issued whose answers have not been taken yet (the read servers hold at most
@@ -81,7 +84,8 @@ class HostDMA(wiring.Component):
             m.d.sync += [self.busy.eq(payload.count != 0), self.kind.eq(payload.kind),
                          base.eq(payload.addr[:row_bits]), count.eq(payload.count[:row_bits]),
                          high.eq(payload.addr[:row_bits] + payload.count[:row_bits]),
-                         requested.eq(0), answered.eq(0)]
+                         requested.eq(0), answered.eq(0),
+                         last_request.eq(payload.count == 1), last_answer.eq(payload.count == 1)]
 
         reading_host = self.busy & (self.kind == DMA_READ_HOST)
         m.d.comb += [
@@ -93,8 +97,8 @@ class HostDMA(wiring.Component):
         ]
         with m.If(reading_host):
             with m.If(self.host_in.valid & self.host_write.ready):
-                m.d.sync += requested.eq(requested + 1)
-                with m.If(requested + 1 == count):
+                m.d.sync += [requested.eq(requested + 1), last_request.eq(requested + 2 == count)]
+                with m.If(last_request):
                     m.d.sync += self.busy.eq(0)
 
         issued_now = Signal()       # a read request is taken this cycle
@@ -121,13 +125,16 @@ class HostDMA(wiring.Component):
                     Mux(from_acc, acc_lane, self.host_data.payload[index]))
             with m.If(answer & self.host_out.ready):
                 m.d.comb += answered_now.eq(1)
-                m.d.sync += answered.eq(answered + 1)
-                with m.If(answered + 1 == count):
+                m.d.sync += [answered.eq(answered + 1), last_answer.eq(answered + 2 == count)]
+                with m.If(last_answer):
                     m.d.sync += self.busy.eq(0)
         with m.If(dropping & Mux(dropping_from_acc, self.host_acc_data.valid,
                                  self.host_data.valid)):
             m.d.comb += answered_now.eq(1)
-        m.d.sync += outstanding.eq(outstanding + issued_now - answered_now)
+        with m.If(issued_now & ~answered_now):
+            m.d.sync += outstanding.eq(outstanding + 1)
+        with m.Elif(answered_now & ~issued_now):
+            m.d.sync += outstanding.eq(outstanding - 1)
         # None owed after this cycle; written so that this cycle's handshakes come last.
         none_left = Mux(issued_now, answered_now & (outstanding == 0),
                         Mux(answered_now, outstanding == 1, outstanding == 0))
