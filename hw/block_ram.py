@@ -57,10 +57,10 @@ class BlockRAM(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         if not is_ice40(platform):
-            m.submodules.storage = storage = memory.Memory(
+            m.submodules.words = words = memory.Memory(
                 shape=self._width, depth=self._depth, init=[])
             granularity = None if self._granularity == self._width else self._granularity
-            write, read = storage.write_port(granularity=granularity), storage.read_port()
+            write, read = words.write_port(granularity=granularity), words.read_port()
             m.d.comb += [write.addr.eq(self.write_addr), write.data.eq(self.write_data),
                          write.en.eq(self.write_en), read.addr.eq(self.read_addr),
                          read.en.eq(self.read_en), self.read_data.eq(read.data)]
