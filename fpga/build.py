@@ -130,7 +130,8 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, build_dir=
             for kind, (used, total) in parsed["resources"].items() if used > total]
     if over:
         raise BuildError(f"{board.description} is too small for the TPU {cfg.name}: " +
-                         "; ".join(over) + f" (log: {log})")
+                         "; ".join(over) + f" (log: {log}); a smaller array may fit "
+                         f"(--rows, --cols)")
     fmax = min(mhz for mhz, _ in parsed["fmax"].values()) if parsed["fmax"] else None
     if failure is not None and fmax is None:
         tail = text.splitlines()[-15:]
