@@ -91,29 +91,29 @@ class AccumulatorMemory(wiring.Component):
             commit = storage.write_port()
             # Transparent, so a write a cycle after the one it adds to sees that one's commit.
             old = storage.read_port(transparent_for=[commit])
-            commit_port = commit.addr, commit.data, commit.en
-            old_port = old.addr, old.en, old.data
+            commit_addr, commit_data, commit_en = commit.addr, commit.data, commit.en
+            old_addr, old_en, old_data = old.addr, old.en, old.data
         else:
             # Stored a cycle after its write, a row is read again a cycle later at the
             # earliest (the rule above), so the memory needs no bypass.
             m.submodules.storage = storage = BlockRAM(width=self.row_layout.size,
                                                       depth=cfg.acc_depth)
-            commit_port = storage.write_addr, storage.write_data, storage.write_en
-            old_port = (storage.read_addr, storage.read_en,
-                        data.View(self.row_layout, storage.read_data))
+            commit_addr, commit_data, commit_en = (storage.write_addr, storage.write_data,
+                                                   storage.write_en)
+            old_addr, old_en = storage.read_addr, storage.read_en
+            old_data = data.View(self.row_layout, storage.read_data)
         if is_ice40(platform) or not register_stored_row:
             # The outside reader's copy without Yosys's bypass: the datapath never reads a
             # row in the cycle it is committed.
             m.submodules.read_copy = read_copy = BlockRAM(width=self.row_layout.size,
                                                           depth=cfg.acc_depth)
-            m.d.comb += [read_copy.write_addr.eq(commit_port[0]),
-                         read_copy.write_data.eq(commit_port[1]),
-                         read_copy.write_en.eq(commit_port[2])]
+            m.d.comb += [read_copy.write_addr.eq(commit_addr),
+                         read_copy.write_data.eq(commit_data),
+                         read_copy.write_en.eq(commit_en)]
             read_port = read_copy.read_addr, read_copy.read_en, read_copy.read_data
         else:
             read = storage.read_port(transparent_for=[commit])
             read_port = read.addr, read.en, read.data
-        old_addr, old_en, old_data = old_port
 
         write_ok = self.write_addr < cfg.acc_depth
         # Stage 0 (cycle t): read the row the write may add to.
@@ -156,7 +156,6 @@ class AccumulatorMemory(wiring.Component):
             m.d.comb += self.overflow.eq(overflow)
         else:
             m.d.sync += self.overflow.eq(overflow)      # shown in cycle t + 2 all the same
-        commit_addr, commit_data, commit_en = commit_port
         m.d.comb += [
             commit_addr.eq(add_addr),
             commit_data.eq(new_row),

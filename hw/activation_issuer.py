@@ -42,9 +42,8 @@ class ActivationIssuer(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        # The sequencer hands over only ACTIVATEs within both memories, so rows and counts
-        # need only as many bits as the larger memory's depth.
-        row_bits = max(cfg.ub_depth, cfg.acc_depth).bit_length()
+        # The sequencer hands over only ACTIVATEs within both memories.
+        row_bits = cfg.row_bits
         issued = Signal(row_bits)
         count = Signal(row_bits)
         last = Signal()              # the row offered is the last one (a register: no adder

@@ -56,8 +56,8 @@ class HostDMA(wiring.Component):
         cfg = self._cfg
         m = Module()
         # Transfers come only within a memory (the sequencer and the host interface check
-        # the ranges), so rows and counts need only as many bits as the larger depth.
-        row_bits = max(cfg.ub_depth, cfg.acc_depth).bit_length()
+        # the ranges).
+        row_bits = cfg.row_bits
         base = Signal(row_bits)
         count = Signal(row_bits)
         requested = Signal(row_bits)    # rows written, or read requests issued
@@ -71,6 +71,8 @@ class HostDMA(wiring.Component):
         # Reads issued whose answers have not been taken yet (the read servers hold at most
         # a few). After a cancel they are still on their way: they are taken and dropped
         # before the next transfer starts, so none reaches it.
+        issued_now = Signal()       # a read request is taken this cycle
+        answered_now = Signal()     # an answer is taken this cycle (sent, or dropped)
         outstanding = Signal(range(8))
         dropping = Signal()
         dropping_from_acc = Signal()
@@ -79,6 +81,8 @@ class HostDMA(wiring.Component):
         with m.If(dropping):
             m.d.comb += [self.host_acc_data.ready.eq(dropping_from_acc),
                          self.host_data.ready.eq(~dropping_from_acc)]
+            with m.If(Mux(dropping_from_acc, self.host_acc_data.valid, self.host_data.valid)):
+                m.d.comb += answered_now.eq(1)
         with m.If(self.request.valid & self.request.ready):
             payload = self.request.payload
             m.d.sync += [self.busy.eq(payload.count != 0), self.kind.eq(payload.kind),
@@ -101,8 +105,6 @@ class HostDMA(wiring.Component):
                 with m.If(last_request):
                     m.d.sync += self.busy.eq(0)
 
-        issued_now = Signal()       # a read request is taken this cycle
-        answered_now = Signal()     # an answer is taken this cycle (sent, or dropped)
         with m.If(self.busy & (self.kind != DMA_READ_HOST)):
             with m.If(requested != count):
                 with m.If(from_acc):
@@ -128,9 +130,6 @@ class HostDMA(wiring.Component):
                 m.d.sync += [answered.eq(answered + 1), last_answer.eq(answered + 2 == count)]
                 with m.If(last_answer):
                     m.d.sync += self.busy.eq(0)
-        with m.If(dropping & Mux(dropping_from_acc, self.host_acc_data.valid,
-                                 self.host_data.valid)):
-            m.d.comb += answered_now.eq(1)
         with m.If(issued_now & ~answered_now):
             m.d.sync += outstanding.eq(outstanding + 1)
         with m.Elif(answered_now & ~issued_now):

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..isa import CoreState
 from ..protocol import (HEADER_LAYOUT, MEMORY_ADDRESS_LAYOUT, STATUS_WORDS, WORD_BITS, Command,
+                        header,
                         Memory, Reply, host_row_words, weight_row_words)
 from .arith import above
 from .core import host_control_shapes
@@ -217,13 +218,12 @@ class HostInterface(wiring.Component):
         row = self.host_out.payload
         status_word, row_word = Signal(32), Signal(32)
         with m.Switch(word):
-            for index, value in enumerate(status_words):
+            for index in range(max(STATUS_WORDS, lanes)):
                 with m.Case(index):
-                    m.d.comb += status_word.eq(value)
-        with m.Switch(word):
-            for index in range(lanes):
-                with m.Case(index):
-                    m.d.comb += row_word.eq(row[index].as_signed())
+                    if index < STATUS_WORDS:
+                        m.d.comb += status_word.eq(status_words[index])
+                    if index < lanes:
+                        m.d.comb += row_word.eq(row[index].as_signed())
         with m.FSM(name="replies"):
             with m.State("Idle"):
                 m.d.sync += [word.eq(0), header_sent.eq(0)]
@@ -241,7 +241,7 @@ class HostInterface(wiring.Component):
                 with m.State(state):
                     m.d.comb += [self.rsp.valid.eq(1),
                                  self.rsp.payload.eq(Mux(header_sent, value,
-                                                         (kind.value << 24) | words))]
+                                                         header(kind, words)))]
                     with m.If(self.rsp.ready):
                         m.d.sync += header_sent.eq(1)
                         with m.If(header_sent):

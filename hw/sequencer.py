@@ -240,6 +240,7 @@ class Sequencer(wiring.Component):
         flags, a, b, n = instr.flags, instr.a, instr.b, instr.count
         from_acc = flags[0]
         switch = flags[1]
+        dma_op = is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST]   # handed to the DMA
         value = Cat(a, b).as_signed()
         lane = n
         param = flags
@@ -268,7 +269,7 @@ class Sequencer(wiring.Component):
         # The hazard checks matter only for an instruction that passed its range checks,
         # against transfers that passed theirs: every row number and end is then at most
         # the larger memory's depth, so they compare only that many bits.
-        row_bits = max(cfg.ub_depth, cfg.acc_depth).bit_length()
+        row_bits = cfg.row_bits
 
         def overlaps(rows, low, high):
             """Rows ``[start, end)`` meet rows ``[low, high)``."""
@@ -283,8 +284,7 @@ class Sequencer(wiring.Component):
         # so the comparison is made with the rows they will have from the next cycle on.
         ov_dma_a, ov_dma_b = Signal(), Signal()       # rows a / b meet the DMA's
         ov_ub_a, ov_acc_b = Signal(), Signal()        # rows a / b meet the activation's
-        handed_dma = ~priming & ~count_zero & (is_op[Opcode.READ_HOST] |
-                                               is_op[Opcode.WRITE_HOST])
+        handed_dma = ~priming & ~count_zero & dma_op
         handed_activate = ~priming & ~count_zero & is_op[Opcode.ACTIVATE]
         dma_next = (Mux(handed_dma, a[:row_bits], self.dma_low[:row_bits]),
                     Mux(handed_dma, a_end[:row_bits], self.dma_high[:row_bits]))
@@ -440,7 +440,7 @@ class Sequencer(wiring.Component):
                                 m.d.sync += params.zero_point.eq(value)
                             with m.Case(int(ConfigParam.RELU)):
                                 m.d.sync += params.relu.eq(value[0])
-                with m.If(moves & (is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST])):
+                with m.If(moves & dma_op):
                     # Handed to the host DMA engine, which moves the rows while the
                     # sequencer goes on; instructions that touch those rows wait for it.
                     with m.If(dma_free):
@@ -464,8 +464,7 @@ class Sequencer(wiring.Component):
                 # Whether the instruction retires this cycle, as one flat expression of the
                 # checks above and the handshakes, so that the fetch it starts is not at
                 # the end of a chain of decisions.
-                dma_ops = is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST]
-                counted = dma_ops | is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] | \
+                counted = dma_op | is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] | \
                     is_op[Opcode.ACTIVATE]
                 retire_now = Signal()
                 m.d.comb += retire_now.eq(go & (
@@ -475,7 +474,7 @@ class Sequencer(wiring.Component):
                     #                                count is a lane)
                     (is_op[Opcode.CONFIG] & ~self.activate_busy) |
                     (~count_zero & (
-                        (dma_ops & dma_free & self.dma_request.ready) |
+                        (dma_op & dma_free & self.dma_request.ready) |
                         (is_op[Opcode.READ_WEIGHTS] & self.weight_request.ready) |
                         (is_op[Opcode.MATMUL] & matmul_free & self.matmul.ready & last_step) |
                         (is_op[Opcode.ACTIVATE] & activate_free &

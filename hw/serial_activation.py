@@ -164,22 +164,21 @@ class SerialActivationUnit(wiring.Component):
             with m.Elif((phase > NUDGE) & (phase < HIGH)):
                 # Digit ``phase - NUDGE - 1`` of the multiplier, picked in the cycle before;
                 # the last one carries its sign.
-                last_digit = final_digit
                 partial = Signal(signed(cfg.multiplier_width + digit_bits + 2))
                 if digit_bits == 1:
                     # x * digit without a multiplier: x, -x (= ~x + 1) for the sign bit, or 0
                     bit = digit_register[0]
-                    addend = Mux(bit, Mux(last_digit, ~x, x), 0)
+                    addend = Mux(bit, Mux(final_digit, ~x, x), 0)
                     # high_part + addend + carry as one carry chain: with the carry as the
                     # low bit of both operands, the sum's low bit is 0 and carries it in.
-                    carry = last_digit & bit
+                    carry = final_digit & bit
                     wide = Signal(signed(cfg.multiplier_width + 4))
                     m.d.comb += [wide.eq(Cat(carry, high_part).as_signed() +
                                          Cat(carry, addend.as_signed()).as_signed()),
                                  partial.eq(wide >> 1)]
                 else:
                     digit = Cat(digit_register,
-                                Mux(last_digit, digit_register[-1], 0)).as_signed()
+                                Mux(final_digit, digit_register[-1], 0)).as_signed()
                     m.d.comb += partial.eq(high_part + x * digit)
                 m.d.sync += [low_part.eq(Cat(low_part[digit_bits:], partial[:digit_bits])),
                              high_part.eq(partial >> digit_bits)]

@@ -208,7 +208,8 @@ class SerialLink(wiring.Component):
             with m.State("Collect"):
                 # The TPU's waiting reply words into the reply buffer.
                 m.d.comb += self.rsp.ready.eq(reply_count != MAX_REPLY_WORDS)
-                m.d.comb += [replies.write_addr.eq(reply_count), replies.write_data.eq(self.rsp.payload),
+                m.d.comb += [replies.write_addr.eq(reply_count),
+                             replies.write_data.eq(self.rsp.payload),
                              replies.write_en.eq(self.rsp.valid & self.rsp.ready)]
                 with m.If(self.rsp.valid & self.rsp.ready):
                     m.d.sync += reply_count.eq(reply_count + 1)

@@ -37,22 +37,19 @@ class SerialTPU(wiring.Component):
         m.submodules.tpu = tpu = TPU(self._cfg)
         wiring.connect(m, receiver.bytes, link.rx_bytes)
         wiring.connect(m, link.tx_bytes, transmitter.bytes)
+        # A register stage for the replies, so that the link's state does not reach through
+        # the host interface into the DMA engine; and, but for the slow iCE40, one for the
+        # commands, so that the link's queue memory and the host interface's decoding do
+        # not make one long path.
+        m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32)
+        wiring.connect(m, tpu.rsp, rsp_buffer.i)
+        wiring.connect(m, rsp_buffer.o, link.rsp)
         if is_ice40(platform):
-            # At the iCE40's clock only the replies need a register stage: without it the
-            # link's state would reach through the host interface into the DMA engine.
             wiring.connect(m, link.cmd, tpu.cmd)
-            m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32)
-            wiring.connect(m, tpu.rsp, rsp_buffer.i)
-            wiring.connect(m, rsp_buffer.o, link.rsp)
         else:
-            # Register stages between the link and the TPU, so that the link's queue memory
-            # and the host interface's decoding do not make one long path.
             m.submodules.cmd_buffer = cmd_buffer = StreamBuffer(32)
-            m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32)
             wiring.connect(m, link.cmd, cmd_buffer.i)
             wiring.connect(m, cmd_buffer.o, tpu.cmd)
-            wiring.connect(m, tpu.rsp, rsp_buffer.i)
-            wiring.connect(m, rsp_buffer.o, link.rsp)
         m.d.comb += [receiver.rx.eq(self.rx), self.tx.eq(transmitter.tx),
                      transmitter.break_stop.eq(0)]
         return m

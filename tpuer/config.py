@@ -182,6 +182,13 @@ class Config:
         return max(1, ceil_log2(self.acc_depth))
 
     @property
+    def row_bits(self):
+        """Bits of a row number, a row range's end or a row count within either memory
+        (up to the larger depth itself): what the sequencer's hazard checks, the activation
+        issuer and the host DMA engine keep of ranges that passed the range checks."""
+        return max(self.ub_depth, self.acc_depth).bit_length()
+
+    @property
     def name(self):
         """A short name that identifies this configuration, e.g. ``8x8`` or
         ``4x8-i8a32-ub256-acc256-wf4``; used for build directories."""
