@@ -60,10 +60,9 @@ class Core(wiring.Component):
         wiring.connect(m, seq.matmul, dp.matmul)
         wiring.connect(m, seq.activate_request, issuer.request)
         wiring.connect(m, issuer.activate, dp.activate)
-        for name in ("host_write", "host_read", "host_acc_read"):
+        for name in ("host_write", "host_read"):
             wiring.connect(m, getattr(dma, name), getattr(dp, name))
         wiring.connect(m, dp.host_data, dma.host_data)
-        wiring.connect(m, dp.host_acc_data, dma.host_acc_data)
         # The DMA engine serves the sequencer first, the host when the sequencer asks nothing.
         from_seq = seq.dma_request.valid
         m.d.comb += [

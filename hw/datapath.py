@@ -1,6 +1,6 @@
 """The whole datapath: Unified Buffer -> matrix unit -> accumulators -> activation -> UB."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Elaboratable, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -22,6 +22,11 @@ def command_layouts(cfg):
         "host_write": data.StructLayout({
             "addr": ub_addr, "data": data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes),
             "mask": cfg.ub_lanes}),
+        # A host read: a row of the accumulators (``acc``) or of the Unified Buffer.
+        "host_read": data.StructLayout({"acc": 1, "addr": max(ub_addr, acc_addr)}),
+        # Its answer: the UB's lanes sign-extended, or the accumulator words in lanes
+        # ``0 .. cols - 1`` (the others 0).
+        "host_row": data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes),
     }
 
 
@@ -36,11 +41,11 @@ class Datapath(wiring.Component):
     * ``activate``: read accumulator row ``acc_addr``, requantise it with ``params`` and
       write it into lanes ``0 .. cols - 1`` of Unified Buffer row ``ub_addr``. One per cycle.
     * ``weights``: weight rows into the Weight FIFO.
-    * ``host_write`` / ``host_read`` -> ``host_data`` / ``host_acc_read`` ->
-      ``host_acc_data``: the host's access to both memories. The datapath's own traffic
-      goes first: a host read waits while ``matmul`` reads the Unified Buffer, a host read
-      of the accumulators while ``activate`` reads them, a host write while an activated
-      row is written.
+    * ``host_write`` and ``host_read`` -> ``host_data``: the host's access to both memories
+      (reads of either answered in order through one queue of ``cfg.host_read_queue``
+      rows). The datapath's own traffic goes first: a host read waits while ``matmul``
+      reads the Unified Buffer, a host read of the accumulators while ``activate`` reads
+      them, a host write while an activated row is written.
 
     Commands of one stream execute in order; the streams are not ordered against each
     other. Whoever drives them (the sequencer) waits for ``busy`` to fall, or otherwise
@@ -84,6 +89,7 @@ class Datapath(wiring.Component):
         self.matmul_layout = layouts["matmul"]
         self.activate_layout = layouts["activate"]
         self.host_write_layout = layouts["host_write"]
+        self.host_read_layout = layouts["host_read"]
         self.params_layout = ActivationUnit.params_layout_for(cfg)
         super().__init__({
             "weights": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.cols))),
@@ -92,10 +98,8 @@ class Datapath(wiring.Component):
             "params": In(self.params_layout),
             "param_write": In(PARAM_WRITE_LAYOUT),
             "host_write": In(stream.Signature(self.host_write_layout)),
-            "host_read": In(stream.Signature(cfg.ub_addr_width)),
-            "host_data": Out(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
-            "host_acc_read": In(stream.Signature(cfg.acc_addr_width)),
-            "host_acc_data": Out(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.cols))),
+            "host_read": In(stream.Signature(layouts["host_read"])),
+            "host_data": Out(stream.Signature(layouts["host_row"])),
             "busy": Out(1),
             "matmul_busy": Out(1),
             "acc_bank_busy": Out(2),
@@ -210,19 +214,18 @@ class Datapath(wiring.Component):
         ]
 
         # --- host reads of both memories, when the datapath does not read -------------
-        acc_host_issue = _serve_host_reads(m, "acc_host", self.host_acc_read, self.host_acc_data,
-                                           acc.read_data, blocked=self.activate.valid)
+        request = self.host_read.payload
+        host_issue = _serve_host_reads(
+            m, cfg, self.host_read, self.host_data, acc.read_data, ub.read_data,
+            blocked=Mux(request.acc, self.activate.valid, self.matmul.valid))
         with m.If(self.activate.valid):
             m.d.comb += [acc.read_addr.eq(self.activate.payload.acc_addr), acc.read_en.eq(1)]
-        with m.Elif(acc_host_issue):
-            m.d.comb += [acc.read_addr.eq(self.host_acc_read.payload), acc.read_en.eq(1)]
-
-        ub_host_issue = _serve_host_reads(m, "ub_host", self.host_read, self.host_data, ub.read_data,
-                                          blocked=self.matmul.valid)
+        with m.Elif(host_issue & request.acc):
+            m.d.comb += [acc.read_addr.eq(request.addr), acc.read_en.eq(1)]
         with m.If(issue):
             m.d.comb += [ub.read_addr.eq(self.matmul.payload.ub_addr), ub.read_en.eq(1)]
-        with m.Elif(ub_host_issue):
-            m.d.comb += [ub.read_addr.eq(self.host_read.payload), ub.read_en.eq(1)]
+        with m.Elif(host_issue & ~request.acc):
+            m.d.comb += [ub.read_addr.eq(request.addr), ub.read_en.eq(1)]
 
         # --- UB write port: activated rows first, then the host -------------------------
         m.d.comb += self.host_write.ready.eq(~act.o.valid)
@@ -248,32 +251,63 @@ class Datapath(wiring.Component):
         return m
 
 
-def _serve_host_reads(m, name, request, response, read_data, *, blocked):
-    """Host reads on a shared memory read port, one per cycle.
+def _serve_host_reads(m, cfg, request, response, acc_data, ub_data, *, blocked):
+    """Host reads of either memory on its shared read port, one per cycle.
 
-    A request is taken when ``blocked`` (the datapath's own read) is low and its row is
-    sure to find room in a two-row answer queue, which holds the rows until ``response``
-    takes them: the rows queued and the one on the port's output, less one taken this
-    cycle, leave room for one more. (A reader that takes every answer at once so gets a row
-    per cycle.) Returns the signal that is high in the cycle the host's address must be on
+    A request is taken when ``blocked`` (the datapath's own read of that memory) is low and
+    its row is sure to find room in the answer queue (``cfg.host_read_queue`` rows), which
+    holds the rows until ``response`` takes them: the rows queued and the one on the
+    port's output, less one taken this cycle, leave room for one more. (A reader that
+    takes every answer at once so gets a row per cycle from a two-row queue, every other
+    cycle from a one-row queue.) The row is widened into the answer layout as it enters
+    the queue. Returns the signal that is high in the cycle the host's address must be on
     the port.
     """
-    depth = 2
-    queue = fifo.SyncFIFO(width=len(response.payload.as_value()), depth=depth)
-    m.submodules[f"{name}_answers"] = queue
-    fresh = Signal(name=f"{name}_fresh")     # the port's data is a host row this cycle
+    depth = cfg.host_read_queue
+    width = len(response.payload.as_value())
+    if depth == 1:          # a register (a FIFO of depth 1 has pointers of no bits)
+        queue = _OneRowQueue(width)
+    else:
+        queue = fifo.SyncFIFO(width=width, depth=depth)
+    m.submodules.host_answers = queue
+    fresh = Signal()             # a port's data is a host row this cycle
+    fresh_acc = Signal()         # ... the accumulators' port
     taken = queue.r_rdy & response.ready
     # level + fresh - taken < depth, with the late ``taken`` last
     held = queue.level + fresh
     room = (held < depth) | (taken & (held < depth + 1))
     issue = request.valid & ~blocked & room
+    row = Signal(response.payload.shape())
+    for lane in range(cfg.ub_lanes):
+        from_acc = acc_data[lane] if lane < cfg.cols else 0
+        m.d.comb += row[lane].eq(Mux(fresh_acc, from_acc, ub_data[lane]))
     m.d.comb += [
         request.ready.eq(~blocked & room),
-        queue.w_data.eq(read_data),
+        queue.w_data.eq(row),
         queue.w_en.eq(fresh),
         response.valid.eq(queue.r_rdy),
         response.payload.eq(queue.r_data),
         queue.r_en.eq(response.ready),
     ]
-    m.d.sync += fresh.eq(issue)
+    m.d.sync += [fresh.eq(issue), fresh_acc.eq(request.payload.acc)]
     return issue
+
+
+class _OneRowQueue(Elaboratable):
+    """A queue of one row with the members of a :class:`~amaranth.lib.fifo.SyncFIFO`
+    that :func:`_serve_host_reads` uses. A row written while one is held is lost (the
+    server's room check keeps that from happening); one read and written in the same
+    cycle is replaced."""
+
+    def __init__(self, width):
+        self.w_data, self.w_en = Signal(width), Signal()
+        self.r_data, self.r_en, self.r_rdy = Signal(width), Signal(), Signal()
+        self.level = self.r_rdy
+
+    def elaborate(self, platform):
+        m = Module()
+        with m.If(self.w_en):
+            m.d.sync += [self.r_data.eq(self.w_data), self.r_rdy.eq(1)]
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        return m

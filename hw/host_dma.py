@@ -1,6 +1,6 @@
 """The host DMA engine: READ_HOST and WRITE_HOST rows, moved while the matrix unit works."""
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,7 +20,8 @@ class HostDMA(wiring.Component):
 
     * ``DMA_READ_HOST``: ``count`` rows from ``host_in`` into UB rows ``addr...``;
     * ``DMA_WRITE_UB`` / ``DMA_WRITE_ACC``: UB or accumulator rows ``addr...`` to
-      ``host_out`` (operands sign-extended; accumulator words in lanes ``0 .. cols - 1``).
+      ``host_out`` (the datapath's ``host_data`` rows: operands sign-extended, accumulator
+      words in lanes ``0 .. cols - 1``).
 
     ``cancel`` drops the transfer under way; the answers of reads it had issued are taken
     and dropped before the next one starts. ``busy``, ``kind``, ``low`` and ``high``
@@ -35,7 +36,7 @@ class HostDMA(wiring.Component):
     def __init__(self, cfg):
         self._cfg = cfg
         layouts = command_layouts(cfg)
-        self.host_row_layout = data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes)
+        self.host_row_layout = layouts["host_row"]
         super().__init__({
             "request": In(stream.Signature(DMA_REQUEST_LAYOUT)),
             "cancel": In(1),
@@ -46,10 +47,8 @@ class HostDMA(wiring.Component):
             "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
             "host_out": Out(stream.Signature(self.host_row_layout)),
             "host_write": Out(stream.Signature(layouts["host_write"])),
-            "host_read": Out(stream.Signature(cfg.ub_addr_width)),
-            "host_acc_read": Out(stream.Signature(cfg.acc_addr_width)),
-            "host_data": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
-            "host_acc_data": In(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.cols))),
+            "host_read": Out(stream.Signature(layouts["host_read"])),
+            "host_data": In(stream.Signature(self.host_row_layout)),
         })
 
     def elaborate(self, platform):
@@ -66,23 +65,18 @@ class HostDMA(wiring.Component):
         # Whether the next row written or answered is the transfer's last: registers, so
         # that only this cycle's handshake decides when ``busy`` falls.
         last_request, last_answer = Signal(), Signal()
-        from_acc = self.kind == DMA_WRITE_ACC
 
-        # Reads issued whose answers have not been taken yet (the read servers hold at most
-        # a few). After a cancel they are still on their way: they are taken and dropped
-        # before the next transfer starts, so none reaches it.
+        # Reads issued whose answers have not been taken yet (the answer queue holds at
+        # most a few). After a cancel they are still on their way: they are taken and
+        # dropped before the next transfer starts, so none reaches it.
         issued_now = Signal()       # a read request is taken this cycle
         answered_now = Signal()     # an answer is taken this cycle (sent, or dropped)
-        outstanding = Signal(range(8))
+        outstanding = Signal(range(cfg.host_read_queue + 2))
         dropping = Signal()
-        dropping_from_acc = Signal()
         m.d.comb += [self.request.ready.eq(~self.busy & ~dropping), self.low.eq(base),
                      self.high.eq(high)]
         with m.If(dropping):
-            m.d.comb += [self.host_acc_data.ready.eq(dropping_from_acc),
-                         self.host_data.ready.eq(~dropping_from_acc)]
-            with m.If(Mux(dropping_from_acc, self.host_acc_data.valid, self.host_data.valid)):
-                m.d.comb += answered_now.eq(1)
+            m.d.comb += [self.host_data.ready.eq(1), answered_now.eq(self.host_data.valid)]
         with m.If(self.request.valid & self.request.ready):
             payload = self.request.payload
             m.d.sync += [self.busy.eq(payload.count != 0), self.kind.eq(payload.kind),
@@ -105,27 +99,18 @@ class HostDMA(wiring.Component):
                 with m.If(last_request):
                     m.d.sync += self.busy.eq(0)
 
+        m.d.comb += [self.host_read.payload.acc.eq(self.kind == DMA_WRITE_ACC),
+                     self.host_read.payload.addr.eq(base + requested),
+                     self.host_out.payload.eq(self.host_data.payload)]
         with m.If(self.busy & (self.kind != DMA_READ_HOST)):
             with m.If(requested != count):
-                with m.If(from_acc):
-                    m.d.comb += [self.host_acc_read.valid.eq(1),
-                                 self.host_acc_read.payload.eq(base + requested)]
-                with m.Else():
-                    m.d.comb += [self.host_read.valid.eq(1),
-                                 self.host_read.payload.eq(base + requested)]
-                with m.If(Mux(from_acc, self.host_acc_read.ready, self.host_read.ready)):
+                m.d.comb += self.host_read.valid.eq(1)
+                with m.If(self.host_read.ready):
                     m.d.comb += issued_now.eq(1)
                     m.d.sync += requested.eq(requested + 1)
-            answer = Mux(from_acc, self.host_acc_data.valid, self.host_data.valid)
-            m.d.comb += [self.host_out.valid.eq(answer),
-                         self.host_acc_data.ready.eq(from_acc & self.host_out.ready),
-                         self.host_data.ready.eq(~from_acc & self.host_out.ready)]
-            for index in range(cfg.ub_lanes):
-                acc_lane = (self.host_acc_data.payload[index] if index < cfg.cols
-                            else Const(0, cfg.acc_shape))
-                m.d.comb += self.host_out.payload[index].eq(
-                    Mux(from_acc, acc_lane, self.host_data.payload[index]))
-            with m.If(answer & self.host_out.ready):
+            m.d.comb += [self.host_out.valid.eq(self.host_data.valid),
+                         self.host_data.ready.eq(self.host_out.ready)]
+            with m.If(self.host_data.valid & self.host_out.ready):
                 m.d.comb += answered_now.eq(1)
                 m.d.sync += [answered.eq(answered + 1), last_answer.eq(answered + 2 == count)]
                 with m.If(last_answer):
@@ -142,5 +127,5 @@ class HostDMA(wiring.Component):
         with m.If(self.cancel & self.busy):
             m.d.sync += self.busy.eq(0)
             with m.If(self.kind != DMA_READ_HOST):
-                m.d.sync += [dropping.eq(~none_left), dropping_from_acc.eq(from_acc)]
+                m.d.sync += dropping.eq(~none_left)
         return m

@@ -27,8 +27,9 @@ What each block contributes (see the RTL for the reasons):
   lane-serial unit, which takes a row only when it is empty);
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
   one per cycle;
-* host DMA engine and the memories' host read servers (2-row answer queues, a row taken
-  in the cycle counted as room), which yield the memory ports to the datapath.
+* host DMA engine and the host read server (an answer queue of ``cfg.host_read_queue``
+  rows for reads of either memory, a row taken in the cycle counted as room), which yields
+  the memory ports to the datapath.
 """
 
 from collections import deque
@@ -40,7 +41,6 @@ __all__ = ["CoreTiming", "Timing"]
 
 _READ_HOST, _WRITE_UB, _WRITE_ACC = 0, 1, 2
 _FEED_SLOTS = 3          # the datapath's feed queue: UB reads in flight plus rows queued
-_ANSWER_SLOTS = 2        # a host read server's answer queue
 
 
 class Timing(dict):
@@ -81,8 +81,8 @@ class CoreTiming:
         self.issuer_next = (0, 0)
         self.issuer_acc = (0, 0)
         self.issuer_ub = (0, 0)
-        # host read servers: (a read issued last cycle, answers queued)
-        self.server = {"ub": [False, 0], "acc": [False, 0]}
+        # host read server: a read issued last cycle, answers queued
+        self.server_fresh, self.server_level = False, 0
         # host DMA engine
         self.dma_busy, self.dma_kind, self.dma_base, self.dma_count = False, _READ_HOST, 0, 0
         self.dma_requested = self.dma_answered = 0
@@ -94,7 +94,7 @@ class CoreTiming:
                 self.load_index, self.reading, tuple(self.feed), self.entered,
                 tuple(self.pipe),
                 tuple(self.committing), tuple(self.banks), self.activating,
-                tuple(self.act_stages), tuple(map(tuple, self.server.values())),
+                tuple(self.act_stages), self.server_fresh, self.server_level,
                 self.issuer_left,
                 self.dma_busy, self.dma_requested, self.dma_answered)
 
@@ -157,8 +157,7 @@ class CoreTiming:
         dma = command.get("dma")
         dma_taken = dma is not None and not self.dma_busy
         done["dma"] = dma_taken
-        server_issue = {"ub": False, "acc": False}
-        server_take = {"ub": False, "acc": False}
+        server_issue = server_take = False
         dma_busy = self.dma_busy
         dma_requested, dma_answered = self.dma_requested, self.dma_answered
         host_taken = 0
@@ -169,16 +168,15 @@ class CoreTiming:
                 if dma_requested == self.dma_count:
                     dma_busy = False
         elif self.dma_busy:
-            name = "acc" if self.dma_kind == _WRITE_ACC else "ub"
-            fresh, level = self.server[name]
-            blocked = activate_valid if name == "acc" else matmul is not None
+            fresh, level = self.server_fresh, self.server_level
+            blocked = activate_valid if self.dma_kind == _WRITE_ACC else matmul is not None
             taken = level > 0              # the host takes every answer at once
             if (self.dma_requested != self.dma_count and not blocked and
-                    level + fresh - taken < _ANSWER_SLOTS):
-                server_issue[name] = True
+                    level + fresh - taken < cfg.host_read_queue):
+                server_issue = True
                 dma_requested += 1
             if taken:
-                server_take[name] = True
+                server_take = True
                 dma_answered += 1
                 if dma_answered == self.dma_count:
                     dma_busy = False
@@ -230,8 +228,8 @@ class CoreTiming:
             else:
                 self.issuer_ub = (ub, ub + count)
 
-        for name, (fresh, level) in self.server.items():
-            self.server[name] = [server_issue[name], level + int(fresh) - int(server_take[name])]
+        self.server_level += int(self.server_fresh) - int(server_take)
+        self.server_fresh = server_issue
 
         self.dma_busy, self.dma_requested, self.dma_answered = dma_busy, dma_requested, dma_answered
         if dma_taken:

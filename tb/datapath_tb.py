@@ -20,11 +20,9 @@ class _Datapath:
         self.dut = reference_instance(Datapath(cfg))
         self.model = DatapathModel(cfg)
         # Every input idles until its phase: an undriven input is X in Icarus.
-        for name in ("weights", "matmul", "activate", "host_write", "host_read",
-                     "host_acc_read"):
+        for name in ("weights", "matmul", "activate", "host_write", "host_read"):
             io.set(f"{name}__valid", 0)
-        for name in ("host_data", "host_acc_data"):
-            io.set(f"{name}__ready", 0)
+        io.set("host_data__ready", 0)
         io.set("params", 0)
         idle_param_writes(io, cfg)
 
@@ -46,6 +44,20 @@ class _Datapath:
         await run_cycles(self.io, agents, until=lambda: idle["ok"], max_cycles=budget,
                          on_cycle=watch)
 
+    def host_reads(self, reads):
+        """A source of host reads ``(acc, addr)`` and a sink for their answers."""
+        return [self.source("host_read", Codec(self.dut.host_read_layout),
+                            [{"acc": acc, "addr": addr} for acc, addr in reads], self.idle),
+                self.sink("host_data", self.dut.host_data.payload.shape(), self.stall)]
+
+    def host_row(self, acc, addr):
+        """The answer the model expects to a host read: UB lanes, or the accumulator words
+        with zeros in the lanes past ``cols``."""
+        if not acc:
+            return list(self.model.host_read(addr))
+        words = list(self.model.host_acc_read(addr))
+        return words + [0] * (self.cfg.ub_lanes - len(words))
+
     def check(self, label, got, want):
         if [int(v) for v in got] != [int(v) for v in want]:
             raise TestbenchError(f"[{self.io.simulator} datapath {self.cfg.name}] {label}: "
@@ -57,6 +69,7 @@ async def bench_layer(io, cfg, rng, *, idle=0.2, stall=0.3, tiles=3):
     """One layer's worth of work: load inputs, multiply by several tiles (accumulating over
     some of them), activate, read everything back, with host traffic interleaved."""
     dp = _Datapath(io, cfg, rng)
+    dp.idle, dp.stall = idle, stall
     dut, model = dp.dut, dp.model
     lo, hi = cfg.operand_min, cfg.operand_max + 1
     inputs = min(cfg.ub_depth // 2, 12)
@@ -89,16 +102,16 @@ async def bench_layer(io, cfg, rng, *, idle=0.2, stall=0.3, tiles=3):
         model.push_weight_row(row)
     for c in commands:
         model.matmul(c["ub_addr"], c["acc_addr"], bool(c["accumulate"]), bool(c["new_tile"]))
-    reads = [int(rng.integers(0, inputs)) for _ in range(8)]
+    reads = [(0, int(rng.integers(0, inputs))) for _ in range(8)]
+    expected = [dp.host_row(*read) for read in reads]
     agents = [dp.source("weights", Codec(dut.weights.payload.shape()), weight_rows, idle),
               dp.source("matmul", Codec(dut.matmul_layout), commands, idle),
-              dp.source("host_read", Codec(cfg.ub_addr_width), reads, idle),
-              dp.sink("host_data", dut.host_data.payload.shape(), stall)]
+              *dp.host_reads(reads)]
     await dp.run(agents, lambda: all(a.done for a in agents[:3]) and
                  len(agents[3].items) == len(reads),
                  200 + 20 * (len(commands) + len(weight_rows) + len(reads)))
-    for addr, got in zip(reads, agents[3].items):
-        dp.check(f"host read of UB row {addr} during matmul", got, model.host_read(addr))
+    for (_, addr), got, want in zip(reads, agents[3].items, expected):
+        dp.check(f"host read of UB row {addr} during matmul", got, want)
 
     # Phase 3: activate the written accumulator rows into fresh UB rows, while the host
     # writes other rows and reads accumulators.
@@ -106,8 +119,8 @@ async def bench_layer(io, cfg, rng, *, idle=0.2, stall=0.3, tiles=3):
     await load_params(dp.io, cfg, dut, params, rng)
     targets = sorted(written)
     activates = [{"acc_addr": a, "ub_addr": inputs + k} for k, a in enumerate(targets)]
-    acc_reads = [int(rng.choice(targets)) for _ in range(6)]
-    acc_values = {a: model.host_acc_read(a) for a in acc_reads}
+    acc_reads = [(1, int(rng.choice(targets))) for _ in range(6)]
+    expected = [dp.host_row(*read) for read in acc_reads]
     extra = [{"addr": inputs + len(targets) + k, "data": rng.integers(lo, hi, cfg.ub_lanes),
               "mask": int(rng.integers(0, 1 << cfg.ub_lanes))}
              for k in range(4) if inputs + len(targets) + k < cfg.ub_depth]
@@ -118,27 +131,24 @@ async def bench_layer(io, cfg, rng, *, idle=0.2, stall=0.3, tiles=3):
                          [(w["mask"] >> lane) & 1 for lane in range(cfg.ub_lanes)])
     agents = [dp.source("activate", Codec(dut.activate_layout), activates, idle),
               dp.source("host_write", host_write_codec, extra, idle),
-              dp.source("host_acc_read", Codec(cfg.acc_addr_width), acc_reads, idle),
-              dp.sink("host_acc_data", dut.host_acc_data.payload.shape(), stall)]
+              *dp.host_reads(acc_reads)]
     await dp.run(agents, lambda: all(a.done for a in agents[:3]) and
                  len(agents[3].items) == len(acc_reads),
                  200 + (20 + dut.activate_latency) * len(activates) +
                  20 * (len(extra) + len(acc_reads)))
-    for addr, got in zip(acc_reads, agents[3].items):
-        dp.check(f"host read of accumulator row {addr}", got, acc_values[addr])
+    for (_, addr), got, want in zip(acc_reads, agents[3].items, expected):
+        dp.check(f"host read of accumulator row {addr}", got, want)
 
-    # Phase 4: read back every row touched, from both memories.
-    ub_rows = list(range(min(cfg.ub_depth, inputs + len(targets) + len(extra))))
-    agents = [dp.source("host_read", Codec(cfg.ub_addr_width), ub_rows, 0.0),
-              dp.sink("host_data", dut.host_data.payload.shape(), stall),
-              dp.source("host_acc_read", Codec(cfg.acc_addr_width), targets, 0.0),
-              dp.sink("host_acc_data", dut.host_acc_data.payload.shape(), stall)]
-    await dp.run(agents, lambda: len(agents[1].items) == len(ub_rows) and
-                 len(agents[3].items) == len(targets), 200 + 10 * (len(ub_rows) + len(targets)))
-    for addr, got in zip(ub_rows, agents[1].items):
-        dp.check(f"UB row {addr}", got, model.host_read(addr))
-    for addr, got in zip(targets, agents[3].items):
-        dp.check(f"accumulator row {addr}", got, model.host_acc_read(addr))
+    # Phase 4: read back every row touched, from both memories, interleaved through the
+    # one answer queue, at full rate.
+    reads = ([(0, a) for a in range(min(cfg.ub_depth, inputs + len(targets) + len(extra)))] +
+             [(1, a) for a in targets])
+    reads = [reads[k] for k in rng.permutation(len(reads))]
+    dp.idle = 0.0
+    agents = dp.host_reads(reads)
+    await dp.run(agents, lambda: len(agents[1].items) == len(reads), 200 + 10 * len(reads))
+    for (acc, addr), got in zip(reads, agents[1].items):
+        dp.check(f"{'accumulator' if acc else 'UB'} row {addr}", got, dp.host_row(acc, addr))
 
 
 async def bench_streaming(io, cfg, rng):

@@ -20,6 +20,8 @@ _CONFIG_OPTIONS = [
     ("program_depth", "instructions in the instruction memory"),
     ("activation_steps", "0: every activation lane at once; 1-32: one lane at a time, its "
                          "multiplication in that many steps"),
+    ("host_read_queue", "rows of the host read answer queue (2: a row per cycle, 1: every "
+                        "other cycle, smaller)"),
 ]
 
 

@@ -59,6 +59,10 @@ class Config:
         ``32 / activation_steps`` bits and its rounding shift a bit per cycle, for devices
         without multipliers or logic to spare (a row then takes
         ``cols * (activation_steps + 37) + 1`` cycles).
+    host_read_queue : int
+        Rows the queue of answers to the host's memory reads holds. 2 (the default) lets a
+        host that keeps up read a row per cycle; 1 a row every other cycle, on a row's
+        worth of flip-flops less, for small FPGAs.
 
     Raises
     ------
@@ -76,6 +80,7 @@ class Config:
     weight_tiles: int = 16
     program_depth: int = 1024
     activation_steps: int = 0
+    host_read_queue: int = 2
 
     def __post_init__(self):
         _check_int("rows", self.rows, 1, 256)
@@ -96,6 +101,7 @@ class Config:
         if self.activation_steps not in (0, 1, 2, 4, 8, 16, 32):
             raise ConfigError(f"activation_steps must be 0 (all lanes at once) or one of 1, 2, "
                               f"4, 8, 16, 32 (steps per lane), not {self.activation_steps!r}")
+        _check_int("host_read_queue", self.host_read_queue, 1, 2)
         if self.weight_fifo_tiles * self.rows < 2:
             raise ConfigError(
                 "the Weight FIFO must hold at least 2 rows to pass one row per cycle: "
@@ -203,6 +209,8 @@ class Config:
             name += f"-wm{self.weight_tiles}-pm{self.program_depth}"
         if self.activation_steps:
             name += f"-as{self.activation_steps}"
+        if self.host_read_queue != defaults.host_read_queue:
+            name += f"-hq{self.host_read_queue}"
         return name
 
     def as_dict(self):
