@@ -255,12 +255,16 @@ class Sequencer(wiring.Component):
         # --- status and counters ---------------------------------------------------------
         running = Signal()
         m.d.comb += running.eq(self.state == CoreState.RUNNING)
-        with m.If(running):
-            m.d.sync += [
-                self.cycles.eq(self.cycles + 1),
-                self.mxu_busy_cycles.eq(self.mxu_busy_cycles + self.vector_issued),
-                self.weight_stall_cycles.eq(self.weight_stall_cycles + self.weight_stall),
-            ]
+        # Each counter adds a one-bit count every cycle (an adder's carry-in, no hold
+        # multiplexer); START clears them, later in this description, so it comes first.
+        retiring = Signal()             # an instruction retires this cycle
+        m.d.sync += [
+            self.cycles.eq(self.cycles + running),
+            self.mxu_busy_cycles.eq(self.mxu_busy_cycles + (running & self.vector_issued)),
+            self.weight_stall_cycles.eq(self.weight_stall_cycles +
+                                        (running & self.weight_stall)),
+            self.instructions.eq(self.instructions + retiring),
+        ]
 
         params = self.params
         all_idle = (~self.matmul_busy & ~self.activate_busy & ~self.weight_reader_busy &
@@ -356,9 +360,8 @@ class Sequencer(wiring.Component):
         beyond_last = above(pc, cfg.program_depth - 2)
 
         def retire():
-            m.d.sync += [pc.eq(pc + 1), step.eq(0), self.instructions.eq(self.instructions + 1),
-                         beyond_end.eq(beyond_last)]
-            m.d.comb += [program.read_en.eq(1), load.eq(1)]
+            m.d.sync += [pc.eq(pc + 1), step.eq(0), beyond_end.eq(beyond_last)]
+            m.d.comb += [program.read_en.eq(1), load.eq(1), retiring.eq(1)]
 
         def stop(state):
             m.d.sync += self.state.eq(state)
@@ -420,7 +423,7 @@ class Sequencer(wiring.Component):
                     m.next = "Drain"
                 with m.If(go & is_op[Opcode.HALT]):
                     with m.If(all_idle):
-                        m.d.sync += self.instructions.eq(self.instructions + 1)
+                        m.d.comb += retiring.eq(1)
                         stop(CoreState.HALTED)
                 with m.If(go & is_op[Opcode.CONFIG]):
                     with m.If(~self.activate_busy):

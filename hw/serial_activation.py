@@ -24,9 +24,9 @@ class SerialActivationUnit(wiring.Component):
     :func:`tpuer.sim.activation_model.requantize`) does, with a handful of adders and no
     multiplier or barrel shifter (``steps = cfg.activation_steps``).
 
-    The biases and multipliers live in the unit, written on ``param_write``: per lane in a
-    small block RAM, or for all lanes at once in a register that a lane uses until it is
-    given a value of its own (so that writing every lane takes one cycle too). Shifts, zero
+    The biases and multipliers live in the unit, written on ``param_write`` into a small
+    block RAM: per lane, or for all lanes at once into a word of its own that a lane uses
+    until it is given a value of its own (so that writing every lane takes one cycle too). Shifts, zero
     point and ReLU come from ``params`` (its biases and multipliers are not used).
 
     Per lane, ``steps + 37`` cycles:
@@ -113,23 +113,26 @@ class SerialActivationUnit(wiring.Component):
             m.d.sync += [running.eq(1), row.eq(self.i.payload.data),
                          tag.eq(self.i.payload.tag), lane.eq(0), phase.eq(READ_BIAS)]
 
-        # --- the biases and multipliers: a word per lane and kind in a block RAM, and one
-        # for all lanes in a register, which a lane uses until it has a word of its own --
-        m.submodules.lane_params = lane_params = BlockRAM(width=32, depth=2 << lane_bits)
+        # --- the biases and multipliers: in a block RAM, a word per lane and kind and one
+        # for all lanes (slot ``ALL``), which a lane uses until it has a word of its own;
+        # until a word for all lanes is written, the reset values stand in for it ----------
+        ALL = 1 << lane_bits
+        m.submodules.lane_params = lane_params = BlockRAM(width=32, depth=4 << lane_bits)
         w = self.param_write
-        bias_all = Signal(signed(32))
-        multiplier_all = Signal(signed(32), init=(1 << 31) - 1)
         bias_own = Signal(cols)               # lane k has a bias of its own in the RAM
         multiplier_own = Signal(cols)
-        m.d.comb += [lane_params.write_addr.eq(Cat(w.lane[:lane_bits], w.multiplier)),
+        bias_reset = Signal(init=1)           # no bias for all lanes written yet: 0
+        multiplier_reset = Signal(init=1)     # ... no multiplier: 2**31 - 1
+        m.d.comb += [lane_params.write_addr.eq(
+                         Cat(Mux(w.all_lanes, ALL, w.lane[:lane_bits]), w.multiplier)),
                      lane_params.write_data.eq(w.value),
-                     lane_params.write_en.eq(w.en & ~w.all_lanes & (w.lane < cols))]
+                     lane_params.write_en.eq(w.en & (w.all_lanes | (w.lane < cols)))]
         with m.If(w.en):
             with m.If(w.all_lanes):
                 with m.If(w.multiplier):
-                    m.d.sync += [multiplier_all.eq(w.value), multiplier_own.eq(0)]
+                    m.d.sync += [multiplier_own.eq(0), multiplier_reset.eq(0)]
                 with m.Else():
-                    m.d.sync += [bias_all.eq(w.value), bias_own.eq(0)]
+                    m.d.sync += [bias_own.eq(0), bias_reset.eq(0)]
             with m.Elif(w.lane < cols):
                 with m.If(w.multiplier):
                     m.d.sync += multiplier_own.bit_select(w.lane[:lane_bits], 1).eq(1)
@@ -137,11 +140,16 @@ class SerialActivationUnit(wiring.Component):
                     m.d.sync += bias_own.bit_select(w.lane[:lane_bits], 1).eq(1)
         # The RAM reads the bias in phase READ_BIAS and the multiplier in phase BIAS; its
         # output holds the multiplier from then on.
-        m.d.comb += [lane_params.read_addr.eq(Cat(lane[:lane_bits], phase == BIAS)),
-                     lane_params.read_en.eq(running & ((phase == READ_BIAS) | (phase == BIAS)))]
-        bias = Mux(bias_own.bit_select(lane, 1), lane_params.read_data.as_signed(), bias_all)
-        multiplier = Mux(multiplier_own.bit_select(lane, 1), lane_params.read_data.as_signed(),
-                         multiplier_all)
+        reading_multiplier = phase == BIAS
+        own = Mux(reading_multiplier, multiplier_own.bit_select(lane, 1),
+                  bias_own.bit_select(lane, 1))
+        m.d.comb += [lane_params.read_addr.eq(Cat(Mux(own, lane[:lane_bits], ALL),
+                                                  reading_multiplier)),
+                     lane_params.read_en.eq(running & ((phase == READ_BIAS) | reading_multiplier))]
+        ram_word = lane_params.read_data.as_signed()
+        bias = Mux(~bias_own.bit_select(lane, 1) & bias_reset, 0, ram_word)
+        multiplier = Mux(~multiplier_own.bit_select(lane, 1) & multiplier_reset,
+                         (1 << 31) - 1, ram_word)
 
         # The multiplier's next digit into a register, so that picking it (the lane's word,
         # then the digit) is not on the adder's path: in phase NUDGE + k, digit k.
@@ -155,7 +163,7 @@ class SerialActivationUnit(wiring.Component):
         with m.If(running):
             m.d.sync += phase.eq(phase + 1)
             with m.If(phase == BIAS):
-                m.d.sync += x.eq(biased(cfg, row[lane], bias))
+                m.d.sync += x.eq(biased(cfg, row[0], bias))
 
             with m.Elif(phase == NUDGE):
                 negative = ((x < 0) ^ (multiplier < 0)) & (x != 0) & (multiplier != 0)
@@ -208,7 +216,9 @@ class SerialActivationUnit(wiring.Component):
                 m.d.sync += [self.o.payload.data.as_value().eq(
                                  Cat(self.o.payload.data.as_value()[cfg.operand_width:],
                                      out[:cfg.operand_width])),
-                             phase.eq(READ_BIAS), lane.eq(lane + 1)]
+                             phase.eq(READ_BIAS), lane.eq(lane + 1),
+                             # the next lane's word to the front: no multiplexer picks it
+                             row.as_value().eq(row.as_value() >> cfg.acc_width)]
                 with m.If(lane == cols - 1):          # the row's last lane
                     m.d.sync += [self.o.valid.eq(1), self.o.payload.tag.eq(tag),
                                  running.eq(0)]

@@ -41,14 +41,14 @@ def idle_param_writes(io, cfg):
         io.set("param_write", 0)
 
 
-async def load_params(io, cfg, dut, params, rng):
+async def load_params(io, cfg, dut, params, rng, *, lane_writes=True):
     """Give the unit (or the datapath) ``dut`` the parameters ``params``: on ``params``, and
     for a lane-serial unit its biases and multipliers written on ``param_write`` as CONFIG
     writes them, in a random mix: every lane at once and then the lanes that differ (some
     again), every lane on its own, or first stale values in some lanes that a write of
     every lane must then override."""
     io.set("params", _encode_params(dut, params))
-    if not cfg.activation_steps:
+    if not cfg.activation_steps or not lane_writes:
         return
     codec = Codec(PARAM_WRITE_LAYOUT)
 
@@ -75,16 +75,18 @@ async def load_params(io, cfg, dut, params, rng):
     io.set("param_write", 0)
 
 
-async def check_batches(io, cfg, batches, *, rng, idle=0.0, stall=0.0, check_latency=False):
+async def check_batches(io, cfg, batches, *, rng, idle=0.0, stall=0.0, check_latency=False,
+                        lane_writes=True):
     """Send each (params, accumulator rows) batch, waiting for the pipeline to drain before
-    changing the parameters; compare every output row and tag with the golden model."""
+    changing the parameters; compare every output row and tag with the golden model.
+    Without ``lane_writes`` a lane-serial unit keeps the biases and multipliers it has."""
     dut = reference_instance(activation_unit(cfg))
     in_codec, out_codec = Codec(dut.in_layout), Codec(dut.out_layout)
     tag = 0
     idle_param_writes(io, cfg)
     for params, rows in batches:
         expected = requantize(rows, params)
-        await load_params(io, cfg, dut, params, rng)
+        await load_params(io, cfg, dut, params, rng, lane_writes=lane_writes)
         items = [{"data": row, "tag": (tag + k) % 65536} for k, row in enumerate(rows)]
         source = StreamSource("i", in_codec, items, idle=idle,
                               rng=random.Random(int(rng.integers(1 << 31))))
@@ -119,6 +121,15 @@ def _acc_rows(cfg, rng, count):
     return rng.integers(cfg.acc_min, cfg.acc_max + 1, (count, cfg.cols), dtype=np.int64)
 
 
+async def bench_reset_values(io, cfg, rng):
+    """Before any bias or multiplier is written, every lane uses bias 0 and multiplier
+    2**31 - 1 (a lane-serial unit keeps them itself; shifts, zero point and ReLU random)."""
+    params = ActivationParams(cfg, shift=rng.integers(0, 32, cfg.cols),
+                              zero_point=int(rng.integers(cfg.operand_min, cfg.operand_max + 1)),
+                              relu=bool(rng.random() < 0.5))
+    await check_batches(io, cfg, [(params, _acc_rows(cfg, rng, 6))], rng=rng, lane_writes=False)
+
+
 async def bench_random(io, cfg, rng):
     """Random parameters and accumulator rows, idle input and back-pressured output."""
     batches = [(random_params(cfg, rng), _acc_rows(cfg, rng, 24)) for _ in range(6)]
@@ -148,4 +159,4 @@ async def bench_edges(io, cfg, rng):
     await check_batches(io, cfg, [batches[k] for k in order], rng=rng, check_latency=True)
 
 
-BENCHES = {"random": bench_random, "edges": bench_edges}
+BENCHES = {"reset_values": bench_reset_values, "random": bench_random, "edges": bench_edges}
