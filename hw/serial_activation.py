@@ -98,7 +98,9 @@ class SerialActivationUnit(wiring.Component):
         phase = Signal(range(OUTPUT + 1))
         x = Signal(cfg.acc_shape)                               # the biased word
         high_part = Signal(signed(cfg.multiplier_width + 1))    # running sum >> bits done
-        low_part = Signal(cfg.multiplier_width)                 # the sum's finished low bits
+        # Of the sum's finished low bits only bit 31 and whether any below it is set count:
+        low_digit = Signal(digit_bits)      # the digit of them finished last
+        low_any = Signal()                  # some bit finished before it is set
         value = Signal(signed(33))           # being shifted right, then rounded
         shifts_left = Signal(cfg.shift_shape)
         last_out = Signal()           # the bit last shifted out of ``value``
@@ -167,7 +169,8 @@ class SerialActivationUnit(wiring.Component):
 
             with m.Elif(phase == NUDGE):
                 negative = ((x < 0) ^ (multiplier < 0)) & (x != 0) & (multiplier != 0)
-                m.d.sync += high_part.eq(Mux(negative, 1 - (1 << (q31 - 1)), 1 << (q31 - 1)))
+                m.d.sync += [high_part.eq(Mux(negative, 1 - (1 << (q31 - 1)), 1 << (q31 - 1))),
+                             low_digit.eq(0), low_any.eq(0)]
 
             with m.Elif((phase > NUDGE) & (phase < HIGH)):
                 # Digit ``phase - NUDGE - 1`` of the multiplier, picked in the cycle before;
@@ -188,13 +191,14 @@ class SerialActivationUnit(wiring.Component):
                     digit = Cat(digit_register,
                                 Mux(final_digit, digit_register[-1], 0)).as_signed()
                     m.d.comb += partial.eq(high_part + x * digit)
-                m.d.sync += [low_part.eq(Cat(low_part[digit_bits:], partial[:digit_bits])),
+                m.d.sync += [low_digit.eq(partial[:digit_bits]),
+                             low_any.eq(low_any | low_digit.any()),
                              high_part.eq(partial >> digit_bits)]
 
             with m.Elif(phase == HIGH):
-                nudged = Cat(low_part, high_part).as_signed()     # x * M + nudge
-                floor = nudged >> q31
-                inexact = low_part[:q31].any()
+                # x * M + nudge is Cat(low bits, high_part); its low 31 bits are inexact
+                floor = Cat(low_digit[-1], high_part).as_signed()     # (x * M + nudge) >> 31
+                inexact = low_any | low_digit[:-1].any()
                 toward_zero = Mux(high_part[-1] & inexact, floor + 1, floor)
                 high, _ = saturate(toward_zero, signed(32))
                 m.d.sync += [value.eq(high), shifts_left.eq(p.shift[lane]), last_out.eq(0),

@@ -12,16 +12,27 @@ class StreamBuffer(wiring.Component):
     come from registers and ``i.ready`` too (a second, skid register holds the item that
     arrives in the cycle ``o`` stalls), so no combinational path crosses the buffer.
 
-    Latency: 1 cycle; one item per cycle when ``o`` is always ready; holds two items.
+    With ``ready_path=True`` there is no skid register: ``i.ready`` is ``o.ready`` when
+    ``o`` holds an item, so only the forward path (valid and payload) is cut, on half the
+    flip-flops.
+
+    Latency: 1 cycle; one item per cycle when ``o`` is always ready; holds two items (one
+    with ``ready_path``).
     """
 
-    def __init__(self, shape):
+    def __init__(self, shape, *, ready_path=False):
         self._shape = shape
+        self._ready_path = ready_path
         super().__init__({"i": In(stream.Signature(shape)),
                           "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()
+        if self._ready_path:
+            m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+            with m.If(self.i.ready):
+                m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
+            return m
         skid = Signal.like(self.o.payload)
         skid_valid = Signal()
         m.d.comb += self.i.ready.eq(~skid_valid)

@@ -110,8 +110,9 @@ def test_diagonal_skew_refuses_bad_lane_counts():
         gc.collect()
 
 
+@pytest.mark.parametrize("ready_path", [False, True])
 @pytest.mark.parametrize("idle, stall", [(0.0, 0.0), (0.3, 0.5), (0.0, 0.7)])
-def test_stream_buffer_keeps_order_and_loses_nothing(idle, stall):
+def test_stream_buffer_keeps_order_and_loses_nothing(idle, stall, ready_path):
     """Random words through the register stage between the serial link and the TPU, with
     idle input and a stalling output: every word arrives once, in order; with neither,
     one word per cycle after one cycle of latency."""
@@ -134,4 +135,4 @@ def test_stream_buffer_keeps_order_and_loses_nothing(idle, stall):
             if latencies != {1}:
                 raise TestbenchError(f"latencies {sorted(latencies)}, documented 1")
 
-    assert run_pysim(StreamBuffer(32), bench) > 0
+    assert run_pysim(StreamBuffer(32, ready_path=ready_path), bench) > 0
