@@ -1,12 +1,13 @@
 """The whole datapath: Unified Buffer -> matrix unit -> accumulators -> activation -> UB."""
 
-from amaranth.hdl import Elaboratable, Module, Mux, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .accumulators import AccumulatorMemory
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, activation_unit
 from .matrix_unit import MatrixUnit
+from .shift_queue import ShiftQueue
 from .unified_buffer import UnifiedBuffer
 
 __all__ = ["Datapath", "command_layouts"]
@@ -137,7 +138,7 @@ class Datapath(wiring.Component):
         # one being read are fewer than 3, so 3 rows never overflow it).
         feed_layout = data.StructLayout({"data": data.ArrayLayout(cfg.operand_shape, cfg.rows),
                                          "new_tile": 1, "tag": tag})
-        m.submodules.feed = feed = fifo.SyncFIFO(width=feed_layout.size, depth=3)
+        m.submodules.feed = feed = ShiftQueue(width=feed_layout.size, depth=3)
         reading = Signal()                      # a matmul read was issued last cycle
         reading_cmd = Signal(self.matmul_layout)
         issue = self.matmul.valid & (feed.level + reading < 3)
@@ -264,11 +265,7 @@ def _serve_host_reads(m, cfg, request, response, acc_data, ub_data, *, blocked):
     the port.
     """
     depth = cfg.host_read_queue
-    width = len(response.payload.as_value())
-    if depth == 1:          # a register (a FIFO of depth 1 has pointers of no bits)
-        queue = _OneRowQueue(width)
-    else:
-        queue = fifo.SyncFIFO(width=width, depth=depth)
+    queue = ShiftQueue(width=len(response.payload.as_value()), depth=depth)
     m.submodules.host_answers = queue
     fresh = Signal()             # a port's data is a host row this cycle
     fresh_acc = Signal()         # ... the accumulators' port
@@ -292,22 +289,3 @@ def _serve_host_reads(m, cfg, request, response, acc_data, ub_data, *, blocked):
     m.d.sync += [fresh.eq(issue), fresh_acc.eq(request.payload.acc)]
     return issue
 
-
-class _OneRowQueue(Elaboratable):
-    """A queue of one row with the members of a :class:`~amaranth.lib.fifo.SyncFIFO`
-    that :func:`_serve_host_reads` uses. A row written while one is held is lost (the
-    server's room check keeps that from happening); one read and written in the same
-    cycle is replaced."""
-
-    def __init__(self, width):
-        self.w_data, self.w_en = Signal(width), Signal()
-        self.r_data, self.r_en, self.r_rdy = Signal(width), Signal(), Signal()
-        self.level = self.r_rdy
-
-    def elaborate(self, platform):
-        m = Module()
-        with m.If(self.w_en):
-            m.d.sync += [self.r_data.eq(self.w_data), self.r_rdy.eq(1)]
-        with m.Elif(self.r_en):
-            m.d.sync += self.r_rdy.eq(0)
-        return m

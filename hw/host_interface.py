@@ -50,9 +50,9 @@ class HostInterface(wiring.Component):
         head = data.View(HEADER_LAYOUT, word)
         count = Signal(24)
         addr = Signal(17)
-        low = Signal(32)
+        low = Signal(32, reset_less=True)      # an instruction's first word
         widest = max(weight_row_words(cfg), host_row_words(cfg))
-        buffer = Signal(32 * widest)           # the words of a row being gathered
+        buffer = Signal(32 * widest, reset_less=True)   # the words of a row being gathered
         index = Signal(range(widest + 1))
         status_request = Signal()
         bad_request = Signal()          # a BAD_COMMAND or REFUSED reply is due

@@ -91,17 +91,19 @@ class SerialActivationUnit(wiring.Component):
         OUTPUT = ROUND + 1
 
         running = Signal()
-        row = Signal(self.in_layout.members["data"])
+        row = Signal(self.in_layout.members["data"], reset_less=True)    # data, no reset
         tag = Signal(self._tag_shape)
         lane = Signal(range(max(cols, 2)))
         lane_bits = len(lane)
         phase = Signal(range(OUTPUT + 1))
-        x = Signal(cfg.acc_shape)                               # the biased word
-        high_part = Signal(signed(cfg.multiplier_width + 1))    # running sum >> bits done
+        # The working registers hold data only: no reset (fewer gates before them).
+        x = Signal(cfg.acc_shape, reset_less=True)                  # the biased word
+        high_part = Signal(signed(cfg.multiplier_width + 1),
+                           reset_less=True)                         # running sum >> bits done
         # Of the sum's finished low bits only bit 31 and whether any below it is set count:
         low_digit = Signal(digit_bits)      # the digit of them finished last
         low_any = Signal()                  # some bit finished before it is set
-        value = Signal(signed(33))           # being shifted right, then rounded
+        value = Signal(signed(33), reset_less=True)     # being shifted right, then rounded
         shifts_left = Signal(cfg.shift_shape)
         last_out = Signal()           # the bit last shifted out of ``value``
         sticky = Signal()             # some bit shifted out before it was set
@@ -112,8 +114,15 @@ class SerialActivationUnit(wiring.Component):
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [running.eq(1), row.eq(self.i.payload.data),
+            m.d.sync += [running.eq(1),
                          tag.eq(self.i.payload.tag), lane.eq(0), phase.eq(READ_BIAS)]
+
+        # The row: loaded, then shifted down a lane after each lane, so that the lane being
+        # worked on is always word 0 (no multiplexer picks it); one enable for both.
+        load_row = self.i.valid & self.i.ready
+        with m.If(load_row | (running & (phase == OUTPUT))):
+            m.d.sync += row.as_value().eq(Mux(load_row, self.i.payload.data.as_value(),
+                                              row.as_value() >> cfg.acc_width))
 
         # --- the biases and multipliers: in a block RAM, a word per lane and kind and one
         # for all lanes (slot ``ALL``), which a lane uses until it has a word of its own;
@@ -220,9 +229,7 @@ class SerialActivationUnit(wiring.Component):
                 m.d.sync += [self.o.payload.data.as_value().eq(
                                  Cat(self.o.payload.data.as_value()[cfg.operand_width:],
                                      out[:cfg.operand_width])),
-                             phase.eq(READ_BIAS), lane.eq(lane + 1),
-                             # the next lane's word to the front: no multiplexer picks it
-                             row.as_value().eq(row.as_value() >> cfg.acc_width)]
+                             phase.eq(READ_BIAS), lane.eq(lane + 1)]
                 with m.If(lane == cols - 1):          # the row's last lane
                     m.d.sync += [self.o.valid.eq(1), self.o.payload.tag.eq(tag),
                                  running.eq(0)]

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..link import (BYTE_TIMEOUT_BITS, COMMAND_QUEUE_WORDS, CRC, FLAG_NEW_SESSION,
                     MAX_REPLY_WORDS, MAX_REQUEST_WORDS, SYNC, Kind)
+from .arith import above
 from .block_ram import BlockRAM
 from .uart import RX_BYTE_LAYOUT
 
@@ -94,7 +95,10 @@ class SerialLink(wiring.Component):
         flags = Signal(8)
         seq = Signal(8)
         count = Signal(16)
-        index = Signal(16)               # words of the payload received
+        # Words of the payload received; only frames of at most MAX_REQUEST_WORDS reach the
+        # payload, so its count fits in as many bits (``short_count``).
+        index = Signal(range(MAX_REQUEST_WORDS + 1))
+        short_count = count[:len(index)]
         lane = Signal(2)                 # byte of the current word
         word = Signal(24)
         bad = Signal()                   # a framing error inside the frame
@@ -167,9 +171,9 @@ class SerialLink(wiring.Component):
             with m.State("CountHigh"):
                 receive("Decide", count[8:].eq(byte))
             with m.State("Decide"):
-                m.d.sync += [take_words.eq(new_request & (used + count <= depth)), index.eq(0),
-                             lane.eq(0)]
-                with m.If(count > MAX_REQUEST_WORDS):
+                m.d.sync += [take_words.eq(new_request & (used + short_count <= depth)),
+                             index.eq(0), lane.eq(0)]
+                with m.If(above(count, MAX_REQUEST_WORDS)):
                     reply(Kind.NAK)                  # unexpected frame
                 with m.Elif(count == 0):
                     m.next = "CrcHigh"
@@ -183,7 +187,7 @@ class SerialLink(wiring.Component):
                                      queue.write_data.eq(Cat(word, byte)),
                                      queue.write_en.eq(take_words)]
                         m.d.sync += [index.eq(index + 1), tail.eq(tail + take_words)]
-                        with m.If(index + 1 == count):
+                        with m.If(index + 1 == short_count):
                             m.next = "CrcHigh"
                 receive(None, action=payload_byte)
             with m.State("CrcHigh"):

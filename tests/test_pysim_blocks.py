@@ -136,3 +136,35 @@ def test_stream_buffer_keeps_order_and_loses_nothing(idle, stall, ready_path):
                 raise TestbenchError(f"latencies {sorted(latencies)}, documented 1")
 
     assert run_pysim(StreamBuffer(32, ready_path=ready_path), bench) > 0
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_shift_queue_against_a_deque(depth):
+    """Random writes and reads, full and empty included, against Python's deque: the head,
+    the level and both ready flags every cycle."""
+    from collections import deque
+    from tpuer.hw.shift_queue import ShiftQueue
+    from tpuer.tb.harness import TestbenchError
+    rng = rng_for("shift_queue", depth)
+
+    async def bench(io):
+        model = deque()
+        for cycle in range(600):
+            got = {name: io.get(name) for name in ("level", "r_rdy", "w_rdy")}
+            want = {"level": len(model), "r_rdy": int(bool(model)),
+                    "w_rdy": int(len(model) < depth)}
+            if got != want or (model and io.get("r_data") != model[0]):
+                raise TestbenchError(f"cycle {cycle}: {got}, head {io.get('r_data')}; "
+                                     f"expected {want}, head {model[0] if model else None}")
+            w_en, r_en = int(rng.random() < 0.55), int(rng.random() < 0.5)
+            word = int(rng.integers(0, 1 << 12))
+            io.set("w_en", w_en)
+            io.set("w_data", word)
+            io.set("r_en", r_en)
+            await io.tick()
+            if r_en and model:
+                model.popleft()
+            if w_en and got["w_rdy"]:
+                model.append(word)
+
+    assert run_pysim(ShiftQueue(width=12, depth=depth), bench) > 0

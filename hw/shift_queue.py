@@ -1,0 +1,50 @@
+"""A small first-in first-out queue whose head is always in its first register."""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["ShiftQueue"]
+
+
+class ShiftQueue(wiring.Component):
+    """``depth`` entries of ``width`` bits, with the members of an
+    :class:`amaranth.lib.fifo.SyncFIFO` (``w_data``, ``w_en``, ``w_rdy``, ``r_data``,
+    ``r_en``, ``r_rdy``, ``level``).
+
+    The entries move up one as the head is read, so the head is always the first register:
+    no read multiplexer, and each entry's input is a single 2-to-1 choice (the entry
+    behind it, or the word written), which an FPGA's logic cell holds beside its
+    flip-flop. Meant for a few entries; a write while full is ignored.
+
+    Latency: a word written in cycle ``t`` can be read from cycle ``t + 1``; reading and
+    writing in the same cycle is allowed, full or not (a write when full waits for
+    ``w_rdy``, which does not count a read in the same cycle).
+    """
+
+    def __init__(self, *, width, depth):
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be a positive integer, not {depth!r}")
+        self.width, self.depth = width, depth
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "level": Out(range(depth + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        entries = [Signal(self.width, name=f"entry{k}", reset_less=True)
+                   for k in range(self.depth)]
+        read = self.r_en & self.r_rdy
+        write = self.w_en & self.w_rdy
+        m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
+                     self.r_data.eq(entries[0])]
+        m.d.sync += self.level.eq(self.level + write - read)
+        for k, entry in enumerate(entries):
+            behind = entries[k + 1] if k + 1 < self.depth else 0
+            # After a read the word written lands one entry lower.
+            written_here = write & (self.level == Mux(read, k + 1, k))
+            with m.If(read | written_here):
+                m.d.sync += entry.eq(Mux(written_here, self.w_data, behind))
+        return m
