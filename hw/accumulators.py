@@ -32,30 +32,33 @@ class AccumulatorMemory(wiring.Component):
     -------
     write_addr, write_data, write_accumulate, write_en : In
         One write per cycle, always accepted.
+    next_write_addr, next_write_en : In
+        The address and enable that ``write_addr`` and ``write_en`` will have in the next
+        cycle (used only without ``register_stored_row``, see below).
     read_addr, read_en : In
         Read request.
     read_data : Out(ArrayLayout(acc, cols))
         The row requested in the previous cycle.
     overflow : Out(1)
-        High in the cycle a write commits (two cycles after its request) when it saturated
-        in at least one lane.
+        High two cycles after a write's request when it saturated in at least one lane.
     range_error : Out(1)
         An out-of-range address was presented with its enable in the previous cycle.
     write_pending : Out(1)
-        A write requested in one of the two cycles before is not yet stored.
+        A write requested in one of the two cycles before may not yet be stored.
 
     Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + 2``; a read
     requested in cycle ``t + 2`` or later returns it (1 cycle read latency), and
     ``write_pending`` and ``overflow`` tell of it until then. With ``register_stored_row``
     the stored row goes straight from the memory into a register before the addition, so
     no path runs from the memory through the adder back into it. Without it (for slow
-    devices: two rows of registers fewer) the row is added as it leaves the memory and
-    stored a cycle earlier, at the end of cycle ``t + 1`` (reads from then on may see it);
-    ``write_pending`` and ``overflow`` keep their timing. ``register_stored_row=None`` (the
-    default) leaves it out on an iCE40 only. Without it the memory is block RAM without a
-    bypass (on an iCE40 without Yosys's): the rule above means that a row is never read for
-    an addition in the cycle it is stored, and a read from outside in that cycle returns an
-    undefined row (the datapath reads a row only once ``write_pending`` has fallen).
+    devices: three rows of registers fewer) the row a write adds to is read a cycle ahead,
+    from ``next_write_addr``, and the write is added as it leaves the memory and stored at
+    the end of its own cycle ``t`` (reads from ``t + 1`` on see it); ``write_pending`` and
+    ``overflow`` keep their timing. ``register_stored_row=None`` (the default) leaves it out
+    on an iCE40 only. Without it the memory is block RAM without a bypass (on an iCE40
+    without Yosys's): the rule above means that a row is never read for an addition in the
+    cycle it is stored, and a read from outside in that cycle returns an undefined row (the
+    datapath reads a row only once the matrix unit and ``write_pending`` are idle).
     """
 
     def __init__(self, cfg, *, register_stored_row=None):
@@ -67,6 +70,8 @@ class AccumulatorMemory(wiring.Component):
             "write_data": In(self.row_layout),
             "write_accumulate": In(1),
             "write_en": In(1),
+            "next_write_addr": In(cfg.acc_addr_width),
+            "next_write_en": In(1),
             "read_addr": In(cfg.acc_addr_width),
             "read_en": In(1),
             "read_data": Out(self.row_layout),
@@ -116,31 +121,32 @@ class AccumulatorMemory(wiring.Component):
             read_port = read.addr, read.en, read.data
 
         write_ok = self.write_addr < cfg.acc_depth
-        # Stage 0 (cycle t): read the row the write may add to.
-        m.d.comb += [old_addr.eq(self.write_addr), old_en.eq(self.write_en)]
-        s1_valid, s1_addr = Signal(), Signal.like(self.write_addr)
-        s1_data, s1_accumulate = Signal(self.row_layout), Signal()
-        s2_valid = Signal()
-        m.d.sync += [
-            s1_valid.eq(self.write_en & write_ok), s1_addr.eq(self.write_addr),
-            s1_data.eq(self.write_data), s1_accumulate.eq(self.write_accumulate),
-            s2_valid.eq(s1_valid),
-        ]
+        s1_valid, s2_valid = Signal(), Signal()
+        m.d.sync += [s1_valid.eq(self.write_en & write_ok), s2_valid.eq(s1_valid)]
         if register_stored_row:
-            # Stage 1 (t + 1): the stored row straight into a register. Stage 2 (t + 2):
-            # add and commit.
+            # Stage 0 (cycle t): read the row the write may add to. Stage 1 (t + 1): the
+            # stored row straight into a register. Stage 2 (t + 2): add and commit.
+            m.d.comb += [old_addr.eq(self.write_addr), old_en.eq(self.write_en)]
+            s1_addr = Signal.like(self.write_addr)
+            s1_data, s1_accumulate = Signal(self.row_layout), Signal()
             s2_addr, s2_data = Signal.like(self.write_addr), Signal(self.row_layout)
             s2_accumulate, s2_old = Signal(), Signal(self.row_layout)
-            m.d.sync += [s2_addr.eq(s1_addr), s2_data.eq(s1_data),
+            m.d.sync += [s1_addr.eq(self.write_addr), s1_data.eq(self.write_data),
+                         s1_accumulate.eq(self.write_accumulate),
+                         s2_addr.eq(s1_addr), s2_data.eq(s1_data),
                          s2_accumulate.eq(s1_accumulate), s2_old.eq(old_data)]
             stored = [s2_old[lane] for lane in range(cfg.cols)]
             add_valid, add_addr, add_data, add_accumulate = s2_valid, s2_addr, s2_data, \
                 s2_accumulate
         else:
-            # Stage 1 (t + 1): add the row as it leaves the memory, and commit.
+            # The row a write may add to is read a cycle ahead (``next_write_*``), so that
+            # in cycle t the row is added as it leaves the memory and committed: the
+            # written row needs no register.
+            m.d.comb += [old_addr.eq(self.next_write_addr), old_en.eq(self.next_write_en)]
             stored = [old_data[lane] for lane in range(cfg.cols)]
-            add_valid, add_addr, add_data, add_accumulate = s1_valid, s1_addr, s1_data, \
-                s1_accumulate
+            add_valid, add_addr, add_data, add_accumulate = (
+                self.write_en & write_ok, self.write_addr, self.write_data,
+                self.write_accumulate)
 
         # The last stage: add (saturating) or overwrite, and commit.
         new_row = Signal(self.row_layout)
@@ -154,8 +160,9 @@ class AccumulatorMemory(wiring.Component):
         overflow = add_valid & clipped.any()
         if register_stored_row:
             m.d.comb += self.overflow.eq(overflow)
-        else:
-            m.d.sync += self.overflow.eq(overflow)      # shown in cycle t + 2 all the same
+        else:                                           # shown in cycle t + 2 all the same
+            overflow_late = Signal()
+            m.d.sync += [overflow_late.eq(overflow), self.overflow.eq(overflow_late)]
         m.d.comb += [
             commit_addr.eq(add_addr),
             commit_data.eq(new_row),

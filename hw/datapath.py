@@ -195,6 +195,8 @@ class Datapath(wiring.Component):
             acc.write_accumulate.eq(mxu.results.payload.tag.accumulate),
             acc.write_data.eq(mxu.results.payload.data),
             acc.write_en.eq(mxu.results.valid),
+            acc.next_write_addr.eq(mxu.upcoming.tag.acc_addr),
+            acc.next_write_en.eq(mxu.upcoming.valid),
         ]
 
         # --- activate: accumulator read -> activation unit -> UB write ------------------

@@ -45,6 +45,9 @@ class MatrixUnit(wiring.Component):
         A complete tile waits in the shadow weights.
     busy : Out(1)
         Some accepted vector has not yet left on ``results``.
+    upcoming : Out(StructLayout({"valid", "tag"}))
+        What ``results.valid`` and ``results.payload.tag`` will be in the next cycle (so
+        that the accumulator memory can read the row a result adds to a cycle ahead).
 
     Latency: a vector accepted in cycle ``t`` leaves in cycle ``t + latency`` where
     :attr:`latency` is ``rows + cols``.
@@ -68,6 +71,7 @@ class MatrixUnit(wiring.Component):
             "results": Out(stream.Signature(self.result_layout, always_ready=True)),
             "weight_stall": Out(1),
             "tile_ready": Out(1),
+            "upcoming": Out(data.StructLayout({"valid": 1, "tag": tag_shape})),
             "busy": Out(1),
         })
 
@@ -134,12 +138,15 @@ class MatrixUnit(wiring.Component):
         valid, tag = held_valid, held.tag
         in_flight = [held_valid]
         for stage in range(cfg.rows + cfg.cols - 1):
+            upcoming_valid, upcoming_tag = valid, tag
             next_valid = Signal(name=f"valid_d{stage + 1}")
             next_tag = Signal(self._tag_shape, name=f"tag_d{stage + 1}")
             m.d.sync += [next_valid.eq(valid), next_tag.eq(tag)]
             valid, tag = next_valid, next_tag
             in_flight.append(valid)
         m.d.comb += [
+            self.upcoming.valid.eq(upcoming_valid),
+            self.upcoming.tag.eq(upcoming_tag),
             self.results.valid.eq(valid),
             self.results.payload.data.eq(deskew.o),
             self.results.payload.tag.eq(tag),

@@ -40,9 +40,10 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2):
     schedule.append((None, None))      # a last cycle to see the last write's overflow
 
     # A read or a write's range_error shows in cycle t + 1; a write requested in cycle t
-    # is stored in cycle t + store_after (2, or 1 for the memory without the stored-row
-    # register, where a read in that cycle is undefined), and reads requested from then
-    # on see it; its overflow shows in t + 2.
+    # is stored at the end of cycle t + store_after (2, or 0 for the memory without the
+    # stored-row register, which reads the row it adds to a cycle ahead and where a read
+    # of the row in cycle t is undefined), and reads requested after that see it; its
+    # overflow shows in t + 2. The next cycle's write is announced on next_write_*.
     expected = [(None, {"overflow": 0, "range_error": 0}) for _ in schedule]
     in_flight = []
 
@@ -53,9 +54,9 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2):
     for cycle, (read, write) in enumerate(schedule):
         while in_flight and in_flight[0][0] <= cycle - store_after:
             commit(*in_flight.pop(0))
-        # Stored at the end of t + 1, a row read in that very cycle is undefined.
-        being_stored = (store_after == 1 and cycle > 0 and schedule[cycle - 1][1] is not None
-                        and schedule[cycle - 1][1]["addr"] == read)
+        # Stored at the end of t, a row read in that very cycle is undefined.
+        storing = schedule[cycle - store_after][1] if cycle >= store_after else None
+        being_stored = store_after < 2 and storing is not None and storing["addr"] == read
         if read is not None:
             if not being_stored:
                 expected[cycle] = (model.read(read), expected[cycle][1])
@@ -67,7 +68,7 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2):
         commit(requested, write)
     ports = MemoryPorts(schedule, {"data": ("data", Codec(dut.row_layout).encode),
                                    "accumulate": ("accumulate", int)},
-                        flags=("overflow", "range_error"))
+                        flags=("overflow", "range_error"), lookahead=True)
     await check_memory(io, ports, expected, Codec(dut.row_layout).decode,
                        f"accumulators {cfg.name}")
 

@@ -73,10 +73,17 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
                               rng=random.Random(int(rng.integers(1 << 31))))
     sink = StreamSink("results", Codec(dut.result_layout), has_ready=False)
     stalls = []
+    result_codec = Codec(dut.result_layout)
+    upcoming, present = [], []    # (valid, tag) announced for the next cycle, and as it came
 
     def watch(io):
         if io.get("weight_stall"):
             stalls.append(io.cycle)
+        announced = io.get("upcoming")
+        upcoming.append((announced & 1, announced >> 1))
+        valid = io.get("results__valid")
+        present.append((valid, result_codec.decode(io.get("results__payload"))["tag"]
+                        if valid else None))
 
     budget = 200 + 4 * (len(vectors) + len(weights)) * (1 + 4 * max(row_idle, weight_idle)) \
         + 2 * (cfg.rows + cfg.cols)
@@ -90,6 +97,11 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
                 f"[{io.simulator} {cfg.name}] result {index}: got {item['data'].tolist()} "
                 f"tag {item['tag']}, expected {np.asarray(want).tolist()} tag "
                 f"{vectors[index]['tag']}")
+    for cycle, ((valid, tag), (next_valid, next_tag)) in enumerate(zip(upcoming, present[1:])):
+        if valid != next_valid or (valid and tag != next_tag):
+            raise TestbenchError(f"[{io.simulator} {cfg.name}] cycle {cycle}: upcoming said "
+                                 f"valid {valid} tag {tag}, the next cycle's result has valid "
+                                 f"{next_valid} tag {next_tag}")
     latencies = set(np.array(sink.cycles) - np.array(row_source.sent_cycles))
     if latencies != {dut.latency}:
         raise TestbenchError(f"[{io.simulator} {cfg.name}] latency {sorted(latencies)}, "

@@ -15,10 +15,11 @@ class MemoryPorts:
     """Drives one read and one write per cycle from a schedule and records what the block
     returns one cycle later (its read latency)."""
 
-    def __init__(self, schedule, write_fields, flags):
+    def __init__(self, schedule, write_fields, flags, *, lookahead=False):
         self.schedule = schedule            # list of (read or None, write or None)
         self.write_fields = write_fields    # {port suffix: (key, encode)}
         self.flags = flags                  # output flags sampled each cycle
+        self.lookahead = lookahead          # drive next_write_en/addr: the next cycle's write
         self.index = 0
         self.samples = []
 
@@ -36,6 +37,12 @@ class MemoryPorts:
             io.set("write_addr", write["addr"])
             for suffix, (key, encode) in self.write_fields.items():
                 io.set(f"write_{suffix}", encode(write[key]))
+        if self.lookahead:
+            following = (self.schedule[self.index + 1][1]
+                         if self.index + 1 < len(self.schedule) else None)
+            io.set("next_write_en", int(following is not None))
+            if following is not None:
+                io.set("next_write_addr", following["addr"])
 
     def sample(self, io):
         sample = {name: io.get(name) for name in self.flags}
