@@ -1,6 +1,6 @@
 """Two signed 8 x 8 products in one iCE40 UltraPlus DSP (SB_MAC16 in its 8 x 8 mode)."""
 
-from amaranth.hdl import Cat, Instance, Module, Shape, Signal, signed
+from amaranth.hdl import Cat, ClockSignal, Instance, Module, ResetSignal, Shape, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -25,11 +25,19 @@ class DualMultiplier(wiring.Component):
     simulators without the primitive see the same behaviour. Yosys never packs two 8 x 8
     products into one SB_MAC16 by itself, hence the instance.
 
-    Operands narrower than 8 bits are sign-extended. Latency: 0 (combinational).
+    With ``registered_b``, the ``b`` operands are held in a register (the SB_MAC16's own B
+    register on an iCE40 UltraPlus): it takes ``high_b`` and ``low_b`` at the end of a
+    cycle in which ``load_b`` is high, reset clears it, and the products use it. Two
+    weight-stationary cells that switch weights in the same cycle so keep their active
+    weights in the DSP instead of in logic cells.
+
+    Operands narrower than 8 bits are sign-extended. Latency: 0 (combinational) from ``a``
+    (and from ``b`` without ``registered_b``).
     """
 
-    def __init__(self, operand_shape):
+    def __init__(self, operand_shape, *, registered_b=False):
         self._operand_shape = Shape.cast(operand_shape)
+        self._registered_b = registered_b
         if self._operand_shape.width > 8 or not self._operand_shape.signed:
             raise ValueError(f"a DualMultiplier takes signed operands of at most 8 bits, "
                              f"not {self._operand_shape}")
@@ -38,13 +46,20 @@ class DualMultiplier(wiring.Component):
             "high_a": In(self._operand_shape), "high_b": In(self._operand_shape),
             "low_a": In(self._operand_shape), "low_b": In(self._operand_shape),
             "high": Out(product), "low": Out(product),
+            **({"load_b": In(1)} if registered_b else {}),
         })
 
     def elaborate(self, platform):
         m = Module()
+        registered = self._registered_b
         if not uses_sb_mac16(platform, self._operand_shape):
-            m.d.comb += [self.high.eq(self.high_a * self.high_b),
-                         self.low.eq(self.low_a * self.low_b)]
+            high_b, low_b = self.high_b, self.low_b
+            if registered:
+                high_b, low_b = Signal.like(self.high_b), Signal.like(self.low_b)
+                with m.If(self.load_b):
+                    m.d.sync += [high_b.eq(self.high_b), low_b.eq(self.low_b)]
+            m.d.comb += [self.high.eq(self.high_a * high_b),
+                         self.low.eq(self.low_a * low_b)]
             return m
 
         operands = {}
@@ -54,14 +69,15 @@ class DualMultiplier(wiring.Component):
         products = Signal(32)
         m.submodules.dsp = Instance(
             "SB_MAC16",
-            p_MODE_8x8=1, p_A_SIGNED=1, p_B_SIGNED=1,
+            p_MODE_8x8=1, p_A_SIGNED=1, p_B_SIGNED=1, p_B_REG=int(registered),
             p_TOPOUTPUT_SELECT=2, p_BOTOUTPUT_SELECT=2,
-            i_CLK=0, i_CE=1,
+            i_CLK=ClockSignal() if registered else 0, i_CE=1,
             i_A=Cat(operands["low_a"], operands["high_a"]),
             i_B=Cat(operands["low_b"], operands["high_b"]),
             i_C=0, i_D=0,
-            i_AHOLD=0, i_BHOLD=0, i_CHOLD=0, i_DHOLD=0,
-            i_IRSTTOP=0, i_IRSTBOT=0, i_ORSTTOP=0, i_ORSTBOT=0,
+            i_AHOLD=0, i_BHOLD=~self.load_b if registered else 0, i_CHOLD=0, i_DHOLD=0,
+            i_IRSTTOP=0, i_IRSTBOT=ResetSignal() if registered else 0,
+            i_ORSTTOP=0, i_ORSTBOT=0,
             i_OLOADTOP=0, i_OLOADBOT=0, i_ADDSUBTOP=0, i_ADDSUBBOT=0,
             i_OHOLDTOP=0, i_OHOLDBOT=0, i_CI=0, i_ACCUMCI=0, i_SIGNEXTIN=0,
             o_O=products)

@@ -31,12 +31,20 @@ class ProcessingElement(wiring.Component):
         The product comes from outside (``product``, of ``factor_act * factor_weight``), so
         that two cells can share one DSP block
         (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`).
+    active_outside : bool
+        With ``shared_multiplier``: the multiplier holds the active weight itself (the
+        DSP's B register, loaded while ``switch_in`` is high), so ``factor_weight`` is the
+        shadow weight and the cell keeps no active weight of its own.
 
     Latency: 1 cycle from ``act_in``/``switch_in`` to ``act_out``/``switch_out`` and from
     ``psum_in`` to ``psum_out``.
     """
 
-    def __init__(self, *, operand_shape, acc_shape, shared_multiplier=False):
+    def __init__(self, *, operand_shape, acc_shape, shared_multiplier=False,
+                 active_outside=False):
+        if active_outside and not shared_multiplier:
+            raise ValueError("active_outside needs shared_multiplier")
+        self._active_outside = active_outside
         self._operand_shape = Shape.cast(operand_shape)
         self._acc_shape = Shape.cast(acc_shape)
         self._shared_multiplier = shared_multiplier
@@ -63,7 +71,8 @@ class ProcessingElement(wiring.Component):
         shadow = Signal(self._operand_shape)
 
         if self._shared_multiplier:
-            m.d.comb += [self.factor_act.eq(self.act_in), self.factor_weight.eq(active)]
+            m.d.comb += [self.factor_act.eq(self.act_in),
+                         self.factor_weight.eq(shadow if self._active_outside else active)]
             product = self.product
         else:
             product = self.act_in * active
@@ -72,8 +81,9 @@ class ProcessingElement(wiring.Component):
             self.switch_out.eq(self.switch_in),
             self.psum_out.eq(self.psum_in + product),
         ]
-        with m.If(self.switch_in):
-            m.d.sync += active.eq(shadow)
+        if not self._active_outside:
+            with m.If(self.switch_in):
+                m.d.sync += active.eq(shadow)
         with m.If(self.weight_load):
             m.d.sync += shadow.eq(self.weight_in)
         return m

@@ -27,7 +27,9 @@ class SystolicArray(wiring.Component):
 
     Partial sums are only as wide as they must be (``2 * operand_width + ceil(log2(i + 1))``
     bits below row ``i``). On an iCE40 UltraPlus, two cells share each SB_MAC16 DSP
-    (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`), so a 4 x 4 array needs its 8 DSPs.
+    (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`), so a 4 x 4 array needs its 8 DSPs;
+    two cells of one anti-diagonal, which switch weights in the same cycle, keep their
+    active weights in the DSP's B register.
 
     Latency: an activation entering lane ``i`` in cycle ``t`` is summed into column ``j`` in
     cycle ``t + j``; the sum of a vector whose lane 0 entered in cycle ``t`` leaves column
@@ -60,6 +62,21 @@ class SystolicArray(wiring.Component):
     def config(self):
         return self._cfg
 
+    def _dsp_pairs(self):
+        """The cells that share a DSP: ``(pairs, single)``. ``pairs`` are two cells of one
+        anti-diagonal (``i + j`` equal: a switch flag reaches both in the same cycle); the
+        cells left over, one per odd diagonal, are paired in ``single`` (the last alone
+        when their count is odd)."""
+        cfg = self._cfg
+        pairs, rest = [], []
+        for diagonal in range(cfg.rows + cfg.cols - 1):
+            cells = [(i, diagonal - i) for i in range(cfg.rows) if 0 <= diagonal - i < cfg.cols]
+            pairs += [tuple(cells[k:k + 2]) for k in range(0, len(cells) - 1, 2)]
+            if len(cells) % 2:
+                rest.append(cells[-1])
+        single = [tuple(rest[k:k + 2]) for k in range(0, len(rest), 2)]
+        return pairs, single
+
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
@@ -67,23 +84,32 @@ class SystolicArray(wiring.Component):
         # The partial sum leaving row i holds i + 1 products: no wider than it must be.
         product_width = 2 * cfg.operand_width
         shared = uses_sb_mac16(platform, cfg.operand_shape)
+        pairs, single = self._dsp_pairs() if shared else ([], [])
+        outside = {cell for pair in pairs for cell in pair}
         pes = [[ProcessingElement(operand_shape=cfg.operand_shape,
                                   acc_shape=signed(product_width + ceil_log2(i + 1)),
-                                  shared_multiplier=shared)
-                for _ in range(cfg.cols)] for i in range(cfg.rows)]
+                                  shared_multiplier=shared,
+                                  active_outside=(i, j) in outside)
+                for j in range(cfg.cols)] for i in range(cfg.rows)]
         for i, row in enumerate(pes):
             for j, pe in enumerate(row):
                 m.submodules[f"pe_{i}_{j}"] = pe
-        if shared:
-            # On an iCE40 UltraPlus, cells (i, j) and (i + 1, j) share one SB_MAC16.
-            cells = [pes[i][j] for j in range(cfg.cols) for i in range(cfg.rows)]
-            for k in range(0, len(cells), 2):
-                pair = cells[k:k + 2]
-                m.submodules[f"dsp_{k // 2}"] = dsp = DualMultiplier(cfg.operand_shape)
-                for pe, half in zip(pair, ("high", "low")):
-                    m.d.comb += [getattr(dsp, f"{half}_a").eq(pe.factor_act),
-                                 getattr(dsp, f"{half}_b").eq(pe.factor_weight),
-                                 pe.product.eq(getattr(dsp, half))]
+        # On an iCE40 UltraPlus two cells share each SB_MAC16: cells that switch weights in
+        # the same cycle (on one anti-diagonal) keep their active weights in its B register.
+        for k, (pair, registered) in enumerate([(p, True) for p in pairs] +
+                                              [(p, False) for p in single]):
+            m.submodules[f"dsp_{k}"] = dsp = DualMultiplier(cfg.operand_shape,
+                                                            registered_b=registered)
+            for (i, j), half in zip(pair, ("high", "low")):
+                pe = pes[i][j]
+                m.d.comb += [getattr(dsp, f"{half}_a").eq(pe.factor_act),
+                             getattr(dsp, f"{half}_b").eq(pe.factor_weight),
+                             pe.product.eq(getattr(dsp, half))]
+            if registered:
+                i, j = pair[0]
+                m.d.comb += dsp.load_b.eq(pes[i][j].switch_in)
+            elif len(pair) == 1:        # an odd cell count: the DSP's other half idles
+                m.d.comb += [dsp.low_a.eq(0), dsp.low_b.eq(0)]
 
         # Column j sees the weight bus j cycles late.
         for j in range(cfg.cols):
