@@ -40,16 +40,17 @@ def biased(cfg, acc, bias):
 
 def high_half(m, cfg, prod, suffix=""):
     """Stage 3: ``(prod + nudge) / 2**31`` truncated toward zero and saturated to 32 bits,
-    where ``prod = x * M`` (the saturating rounding doubling high multiply)."""
+    where ``prod = x * M`` (the saturating rounding doubling high multiply).
+
+    gemmlowp's nudge is ``2**30``, or ``1 - 2**30`` for a negative product. A negative
+    product is at most -1, so its nudged sum is negative, and truncating a negative
+    quotient toward zero is flooring it after adding ``2**31 - 1``: ``1 - 2**30 + 2**31 - 1
+    = 2**30``. Either way the result is ``floor((prod + 2**30) / 2**31)``: one constant
+    nudge and an arithmetic shift, no sign test and no correction."""
     q31 = cfg.multiplier_width - 1
-    nudge = Mux(prod >= 0, Const(1 << (q31 - 1), signed(32)),
-                Const(1 - (1 << (q31 - 1)), signed(32)))
     nudged = Signal(signed(prod.shape().width + 1), name=f"nudged{suffix}")
-    m.d.comb += nudged.eq(prod + nudge)
-    floor = nudged >> q31
-    inexact = nudged[:q31].any()
-    toward_zero = Mux((nudged < 0) & inexact, floor + 1, floor)
-    high, _ = saturate(toward_zero, signed(32))
+    m.d.comb += nudged.eq(prod + (1 << (q31 - 1)))
+    high, _ = saturate(nudged >> q31, signed(32))
     return high
 
 

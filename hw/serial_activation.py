@@ -26,18 +26,19 @@ class SerialActivationUnit(wiring.Component):
 
     The biases and multipliers live in the unit, written on ``param_write`` into a small
     block RAM: per lane, or for all lanes at once into a word of its own that a lane uses
-    until it is given a value of its own (so that writing every lane takes one cycle too). Shifts, zero
-    point and ReLU come from ``params`` (its biases and multipliers are not used).
+    until it is given a value of its own (so that writing every lane takes one cycle too).
+    Shifts, zero point and ReLU come from ``params`` (its biases and multipliers are not
+    used).
 
     Per lane, ``steps + 37`` cycles:
 
     * 1: read the lane's bias;
     * 1: ``x = saturate(acc + bias)``; read the lane's multiplier;
-    * 1: the product's running sum starts at the rounding nudge (``2**30``, or
-      ``1 - 2**30`` when ``x * M`` is negative);
+    * 1: the product's running sum starts at the rounding nudge, ``2**30`` (whatever the
+      product's sign: see :func:`~tpuer.hw.activation.high_half`);
     * ``steps``: ``x * M`` adds ``32 / steps`` bits of the multiplier per cycle, least
       significant first (the last digit signed), the finished low bits shifted out;
-    * 1: the high half: ``(x * M + nudge) / 2**31`` truncated toward zero, saturated;
+    * 1: the high half: ``(x * M + 2**30) >> 31``, saturated;
     * :data:`SERIAL_SHIFT_CYCLES`: the right shift, a bit per cycle while ``shift`` lasts,
       keeping the last bit shifted out and whether any before it was set (which is all that
       rounding half away from zero needs);
@@ -100,9 +101,8 @@ class SerialActivationUnit(wiring.Component):
         x = Signal(cfg.acc_shape, reset_less=True)                  # the biased word
         high_part = Signal(signed(cfg.multiplier_width + 1),
                            reset_less=True)                         # running sum >> bits done
-        # Of the sum's finished low bits only bit 31 and whether any below it is set count:
-        low_digit = Signal(digit_bits)      # the digit of them finished last
-        low_any = Signal()                  # some bit finished before it is set
+        # Of the sum's finished low bits only bit 31 counts: it is in the digit finished last.
+        low_digit = Signal(digit_bits)
         value = Signal(signed(33), reset_less=True)     # being shifted right, then rounded
         shifts_left = Signal(cfg.shift_shape)
         last_out = Signal()           # the bit last shifted out of ``value``
@@ -177,9 +177,8 @@ class SerialActivationUnit(wiring.Component):
                 m.d.sync += x.eq(biased(cfg, row[0], bias))
 
             with m.Elif(phase == NUDGE):
-                negative = ((x < 0) ^ (multiplier < 0)) & (x != 0) & (multiplier != 0)
-                m.d.sync += [high_part.eq(Mux(negative, 1 - (1 << (q31 - 1)), 1 << (q31 - 1))),
-                             low_digit.eq(0), low_any.eq(0)]
+                # The nudge 2**30 whatever the product's sign (see high_half).
+                m.d.sync += [high_part.eq(1 << (q31 - 1)), low_digit.eq(0)]
 
             with m.Elif((phase > NUDGE) & (phase < HIGH)):
                 # Digit ``phase - NUDGE - 1`` of the multiplier, picked in the cycle before;
@@ -201,15 +200,11 @@ class SerialActivationUnit(wiring.Component):
                                 Mux(final_digit, digit_register[-1], 0)).as_signed()
                     m.d.comb += partial.eq(high_part + x * digit)
                 m.d.sync += [low_digit.eq(partial[:digit_bits]),
-                             low_any.eq(low_any | low_digit.any()),
                              high_part.eq(partial >> digit_bits)]
 
             with m.Elif(phase == HIGH):
-                # x * M + nudge is Cat(low bits, high_part); its low 31 bits are inexact
-                floor = Cat(low_digit[-1], high_part).as_signed()     # (x * M + nudge) >> 31
-                inexact = low_any | low_digit[:-1].any()
-                toward_zero = Mux(high_part[-1] & inexact, floor + 1, floor)
-                high, _ = saturate(toward_zero, signed(32))
+                # x * M + 2**30 is Cat(low bits, high_part): floored by dropping 31 bits
+                high, _ = saturate(Cat(low_digit[-1], high_part).as_signed(), signed(32))
                 m.d.sync += [value.eq(high), shifts_left.eq(p.shift[lane]), last_out.eq(0),
                              sticky.eq(0)]
 

@@ -12,8 +12,10 @@ __all__ = ["requantize", "requantize_lanes", "rounding_doubling_high_mul", "roun
 
 
 def rounding_doubling_high_mul(x, multiplier):
-    """gemmlowp ``SaturatingRoundingDoublingHighMul``: ``x * M / 2**31`` rounded half away
-    from zero (by a nudge and a division that truncates toward zero), saturated to int32."""
+    """gemmlowp ``SaturatingRoundingDoublingHighMul``: ``x * M / 2**31`` rounded to the
+    nearest integer, ties upward (by gemmlowp's sign-dependent nudge and a division that
+    truncates toward zero, as written here), saturated to int32. The RTL computes the same
+    as ``floor((x * M + 2**30) / 2**31)`` (see :func:`tpuer.hw.activation.high_half`)."""
     prod = np.asarray(x, np.int64) * np.asarray(multiplier, np.int64)
     nudged = prod + np.where(prod >= 0, 1 << 30, 1 - (1 << 30))
     floor = nudged >> 31

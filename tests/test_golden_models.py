@@ -50,6 +50,18 @@ def test_high_mul_matches_gemmlowp_on_edges_and_random():
     assert got.tolist() == want
 
 
+def test_high_mul_is_one_nudge_and_a_floor():
+    """The identity the RTL uses: gemmlowp's sign-dependent nudge and truncation toward
+    zero give floor((a * b + 2**30) / 2**31) for every product, ties and extremes included."""
+    rng = np.random.default_rng(5)
+    pairs = [(a, b) for a in EDGE_INT32 for b in EDGE_INT32]
+    pairs += [(-(1 << 30) + int(d), 1) for d in range(-3, 4)]       # ties around -0.5
+    pairs += [tuple(int(v) for v in rng.integers(INT32_MIN, INT32_MAX + 1, 2)) for _ in range(3000)]
+    for a, b in pairs:
+        floored = min((a * b + (1 << 30)) >> 31, INT32_MAX)
+        assert gemmlowp_high_mul(a, b) == floored, (a, b)
+
+
 def test_divide_by_pot_matches_gemmlowp_and_rounds_half_away_from_zero():
     rng = np.random.default_rng(4)
     xs = EDGE_INT32 + rng.integers(INT32_MIN, INT32_MAX + 1, 2000).tolist()
