@@ -2,7 +2,7 @@
 spare: the arithmetic of :class:`~tpuer.hw.activation.ActivationUnit` on a fraction of
 its logic."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -47,8 +47,9 @@ class SerialActivationUnit(wiring.Component):
 
     Members: those of :class:`~tpuer.hw.activation.ActivationUnit`, and ``param_write``
     (In, :data:`~tpuer.hw.activation.PARAM_WRITE_LAYOUT`), taken only while ``busy`` is low.
-    After reset every bias is 0 and every multiplier ``2**31 - 1``. A row is taken when
-    the unit is empty and its output free (or being taken).
+    After reset every bias is 0 and every multiplier ``2**31 - 1`` (the unit writes them
+    into its RAM in its first two cycles without a ``param_write``, and takes no row before).
+    A row is taken when the unit is empty and its output free (or being taken).
 
     Latency: :attr:`latency` = ``cols * (steps + 37) + 1`` cycles from ``i`` to ``o``; the
     unit takes the next row in the cycle its output is taken.
@@ -109,8 +110,7 @@ class SerialActivationUnit(wiring.Component):
         sticky = Signal()             # some bit shifted out before it was set
 
         output_free = ~self.o.valid | self.o.ready
-        m.d.comb += [self.i.ready.eq(~running & output_free),
-                     self.busy.eq(running | self.o.valid)]
+        m.d.comb += self.busy.eq(running | self.o.valid)
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         with m.If(self.i.valid & self.i.ready):
@@ -125,19 +125,31 @@ class SerialActivationUnit(wiring.Component):
                                               row.as_value() >> cfg.acc_width))
 
         # --- the biases and multipliers: in a block RAM, a word per lane and kind and one
-        # for all lanes (slot ``ALL``), which a lane uses until it has a word of its own;
-        # until a word for all lanes is written, the reset values stand in for it ----------
+        # for all lanes (slot ``ALL``), which a lane uses until it has a word of its own.
+        # After reset the unit writes the reset values into the two ALL slots itself, in
+        # cycles without a write from outside (the first two, as nothing writes that early
+        # through the sequencer), and takes no row before ---------------------------------
         ALL = 1 << lane_bits
         m.submodules.lane_params = lane_params = BlockRAM(width=32, depth=4 << lane_bits)
         w = self.param_write
         bias_own = Signal(cols)               # lane k has a bias of its own in the RAM
         multiplier_own = Signal(cols)
-        bias_reset = Signal(init=1)           # no bias for all lanes written yet: 0
-        multiplier_reset = Signal(init=1)     # ... no multiplier: 2**31 - 1
-        m.d.comb += [lane_params.write_addr.eq(
-                         Cat(Mux(w.all_lanes, ALL, w.lane[:lane_bits]), w.multiplier)),
-                     lane_params.write_data.eq(w.value),
-                     lane_params.write_en.eq(w.en & (w.all_lanes | (w.lane < cols)))]
+        bias_reset = Signal(init=1)           # the ALL slot's bias (0) is still to be written
+        multiplier_reset = Signal(init=1)     # ... its multiplier (2**31 - 1)
+        m.d.comb += self.i.ready.eq(~running & output_free & ~bias_reset & ~multiplier_reset)
+        with m.If(~w.en & (bias_reset | multiplier_reset)):
+            m.d.comb += [lane_params.write_addr.eq(Cat(Const(ALL, lane_bits + 1), ~bias_reset)),
+                         lane_params.write_data.eq(Mux(bias_reset, 0, (1 << 31) - 1)),
+                         lane_params.write_en.eq(1)]
+            with m.If(bias_reset):
+                m.d.sync += bias_reset.eq(0)
+            with m.Else():
+                m.d.sync += multiplier_reset.eq(0)
+        with m.Else():
+            m.d.comb += [lane_params.write_addr.eq(
+                             Cat(Mux(w.all_lanes, ALL, w.lane[:lane_bits]), w.multiplier)),
+                         lane_params.write_data.eq(w.value),
+                         lane_params.write_en.eq(w.en & (w.all_lanes | (w.lane < cols)))]
         with m.If(w.en):
             with m.If(w.all_lanes):
                 with m.If(w.multiplier):
@@ -157,10 +169,7 @@ class SerialActivationUnit(wiring.Component):
         m.d.comb += [lane_params.read_addr.eq(Cat(Mux(own, lane[:lane_bits], ALL),
                                                   reading_multiplier)),
                      lane_params.read_en.eq(running & ((phase == READ_BIAS) | reading_multiplier))]
-        ram_word = lane_params.read_data.as_signed()
-        bias = Mux(~bias_own.bit_select(lane, 1) & bias_reset, 0, ram_word)
-        multiplier = Mux(~multiplier_own.bit_select(lane, 1) & multiplier_reset,
-                         (1 << 31) - 1, ram_word)
+        bias = multiplier = lane_params.read_data.as_signed()
 
         # The multiplier's next digit into a register, so that picking it (the lane's word,
         # then the digit) is not on the adder's path: in phase NUDGE + k, digit k.
