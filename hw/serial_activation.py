@@ -103,7 +103,7 @@ class SerialActivationUnit(wiring.Component):
         high_part = Signal(signed(cfg.multiplier_width + 1),
                            reset_less=True)                         # running sum >> bits done
         # Of the sum's finished low bits only bit 31 counts: it is in the digit finished last.
-        low_digit = Signal(digit_bits)
+        low_digit = Signal(digit_bits, reset_less=True)     # written by every digit step
         value = Signal(signed(33), reset_less=True)     # being shifted right, then rounded
         shifts_left = Signal(cfg.shift_shape)
         last_out = Signal()           # the bit last shifted out of ``value``
@@ -113,13 +113,13 @@ class SerialActivationUnit(wiring.Component):
         m.d.comb += self.busy.eq(running | self.o.valid)
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
-        with m.If(self.i.valid & self.i.ready):
+        load_row = self.i.valid & self.i.ready
+        with m.If(load_row):
             m.d.sync += [running.eq(1),
                          tag.eq(self.i.payload.tag), lane.eq(0), phase.eq(READ_BIAS)]
 
         # The row: loaded, then shifted down a lane after each lane, so that the lane being
         # worked on is always word 0 (no multiplexer picks it); one enable for both.
-        load_row = self.i.valid & self.i.ready
         with m.If(load_row | (running & (phase == OUTPUT))):
             m.d.sync += row.as_value().eq(Mux(load_row, self.i.payload.data.as_value(),
                                               row.as_value() >> cfg.acc_width))
@@ -187,7 +187,7 @@ class SerialActivationUnit(wiring.Component):
 
             with m.Elif(phase == NUDGE):
                 # The nudge 2**30 whatever the product's sign (see high_half).
-                m.d.sync += [high_part.eq(1 << (q31 - 1)), low_digit.eq(0)]
+                m.d.sync += high_part.eq(1 << (q31 - 1))
 
             with m.Elif((phase > NUDGE) & (phase < HIGH)):
                 # Digit ``phase - NUDGE - 1`` of the multiplier, picked in the cycle before;
