@@ -115,6 +115,7 @@ class SerialLink(wiring.Component):
         nak = Signal()
         nak_seq = Signal(8)
         reply_count = Signal(range(MAX_REPLY_WORDS + 1))
+        reply_room = Signal()            # reply_count < MAX_REPLY_WORDS, kept in a register
         sent = Signal(range(MAX_REPLY_WORDS + 1))
         tx_lane = Signal(3)
         m.submodules.tx_crc = tx_crc = crc.Processor(CRC(data_width=8))
@@ -133,7 +134,8 @@ class SerialLink(wiring.Component):
                 m.next = "SendSync"
             else:
                 m.d.sync += [nak.eq(0), reply_kind.eq(kind), reply_seq.eq(seq),
-                             reply_count.eq(0), last_seq.eq(seq), have_last.eq(1)]
+                             reply_count.eq(0), reply_room.eq(1), last_seq.eq(seq),
+                             have_last.eq(1)]
                 m.next = "Collect"
 
         with m.FSM(name="link"):
@@ -210,13 +212,15 @@ class SerialLink(wiring.Component):
                     m.next = "SendSync"                          # the stored reply again
 
             with m.State("Collect"):
-                # The TPU's waiting reply words into the reply buffer.
-                m.d.comb += self.rsp.ready.eq(reply_count != MAX_REPLY_WORDS)
+                # The TPU's waiting reply words into the reply buffer. Ready comes from a
+                # register: the TPU's reply path is long enough without a count compare.
+                m.d.comb += self.rsp.ready.eq(reply_room)
                 m.d.comb += [replies.write_addr.eq(reply_count),
                              replies.write_data.eq(self.rsp.payload),
                              replies.write_en.eq(self.rsp.valid & self.rsp.ready)]
                 with m.If(self.rsp.valid & self.rsp.ready):
-                    m.d.sync += reply_count.eq(reply_count + 1)
+                    m.d.sync += [reply_count.eq(reply_count + 1),
+                                 reply_room.eq(reply_count != MAX_REPLY_WORDS - 1)]
                 with m.Else():
                     m.next = "SendSync"
 

@@ -180,6 +180,72 @@ def test_driver_names_the_port_when_the_board_is_silent():
         link.send([1, 2, 3])
 
 
+@pytest.mark.parametrize("gaps", [False, True], ids=["steady", "with gaps"])
+def test_link_fills_a_reply_to_the_limit_and_loses_no_word(gaps):
+    """The board's link alone, against a TPU that always has reply words (or has them now
+    and then): each reply carries at most MAX_REPLY_WORDS words, a full one exactly that
+    many, a retransmission the same words, and every word arrives once, in order."""
+    from tpuer.hw.serial_link import SerialLink
+    link = SerialLink(byte_timeout=1000)
+    rng = random.Random(seed())
+    replies = []
+
+    async def tpu(ctx):
+        word = 0
+        while True:
+            offered = not gaps or rng.random() < 0.7
+            ctx.set(link.rsp.valid, offered)
+            ctx.set(link.rsp.payload, word)
+            *_, taken = await ctx.tick().sample(link.rsp.ready)
+            if offered and taken:
+                word += 1
+
+    frames = []
+
+    async def line(ctx):
+        ctx.set(link.tx_bytes.ready, 1)
+        parser = FrameParser(MAX_REPLY_WORDS)
+        while True:
+            _, _, valid, byte = await ctx.tick().sample(link.tx_bytes.valid,
+                                                        link.tx_bytes.payload)
+            if valid:
+                frames.extend(parser.feed(bytes([byte])))
+
+    async def host(ctx):
+        async def exchange(seq, new_session=False):
+            frames.clear()
+            for byte in encode_request(seq, [], new_session=new_session):
+                ctx.set(link.rx_bytes.payload.data, byte)
+                ctx.set(link.rx_bytes.valid, 1)
+                await ctx.tick()
+                ctx.set(link.rx_bytes.valid, 0)
+                await ctx.tick().repeat(3)
+            for _ in range(10 * (MAX_REPLY_WORDS + 10)):
+                if frames:
+                    assert len(frames) == 1 and frames[0].ok and frames[0].seq == seq
+                    return frames[0].words
+                await ctx.tick()
+            raise AssertionError(f"no reply to request {seq}")
+
+        for seq in range(4):
+            words = await exchange(seq, new_session=seq == 0)
+            assert await exchange(seq) == words, "a retransmission got other words"
+            replies.append(words)
+
+    sim = Simulator(link)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tpu, background=True)
+    sim.add_testbench(line, background=True)
+    sim.add_testbench(host)
+    sim.run()
+    assert len(replies) == 4, "the host did not get its four replies"
+    assert all(len(words) <= MAX_REPLY_WORDS for words in replies)
+    if not gaps:
+        assert [len(words) for words in replies] == [MAX_REPLY_WORDS] * 4
+    flat = [w for words in replies for w in words]
+    assert flat == list(range(len(flat))) and flat, "reply words lost, repeated or reordered"
+
+
 def test_board_link_rules_on_pysim():
     run_pysim(BoardHarness(BOARD_CONFIG, divisor=SIM_DIVISOR), BENCHES["link_rules"],
               BOARD_CONFIG, np.random.default_rng(seed()))
