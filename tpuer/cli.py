@@ -181,7 +181,8 @@ def _cmd_build(parser, args):
         return 0 if args.list else 2
     try:
         build_board(args.board, rows=args.rows, cols=args.cols,
-                    activation_steps=args.activation_steps, program=args.program)
+                    activation_steps=args.activation_steps, seed=args.seed,
+                    program=args.program)
     except (BuildError, ValueError) as error:
         print(f"tpuer build: {error}", file=sys.stderr)
         return 1
@@ -284,6 +285,8 @@ def build_parser():
     build.add_argument("--cols", type=int, help="columns of the array (default: the board's)")
     build.add_argument("--activation-steps", type=int,
                        help="the activation unit's steps per lane (default: the board's)")
+    build.add_argument("--seed", type=int,
+                       help="nextpnr's placement seed (default: the board's)")
     build.add_argument("--program", action="store_true", help="program the board afterwards")
     build.set_defaults(run=_cmd_build)
 
