@@ -10,7 +10,11 @@ from .matrix_unit import MatrixUnit
 from .shift_queue import ShiftQueue
 from .unified_buffer import UnifiedBuffer
 
-__all__ = ["Datapath", "command_layouts"]
+__all__ = ["Datapath", "FEED_SLOTS", "command_layouts"]
+
+#: Rows the matmul path keeps in flight between the Unified Buffer and the matrix unit: the
+#: UB read under way plus the rows queued for the matrix unit (the cycle model uses it too).
+FEED_SLOTS = 3
 
 
 def command_layouts(cfg):
@@ -135,14 +139,15 @@ class Datapath(wiring.Component):
         # --- matmul: UB read -> small queue -> matrix unit ---------------------------------
         # The queue absorbs the UB's read latency when the matrix unit waits for weights;
         # a read is issued only when its row is sure to find room (the rows queued and the
-        # one being read are fewer than 3, so 3 rows never overflow it).
+        # one being read are fewer than FEED_SLOTS, so they never overflow it).
         feed_layout = data.StructLayout({"data": data.ArrayLayout(cfg.operand_shape, cfg.rows),
                                          "new_tile": 1, "tag": tag})
-        m.submodules.feed = feed = ShiftQueue(width=feed_layout.size, depth=3)
+        m.submodules.feed = feed = ShiftQueue(width=feed_layout.size, depth=FEED_SLOTS)
         reading = Signal()                      # a matmul read was issued last cycle
         reading_cmd = Signal(self.matmul_layout)
-        issue = self.matmul.valid & (feed.level + reading < 3)
-        m.d.comb += self.matmul.ready.eq(feed.level + reading < 3)
+        room = feed.level + reading < FEED_SLOTS
+        issue = self.matmul.valid & room
+        m.d.comb += self.matmul.ready.eq(room)
         m.d.sync += reading.eq(issue)
         with m.If(issue):
             m.d.sync += reading_cmd.eq(self.matmul.payload)

@@ -20,7 +20,8 @@ What each block contributes (see the RTL for the reasons):
   rows;
 * weight loader: a row into the shadow weights per cycle until a whole tile waits there;
   a vector flagged ``new_tile`` waits for it (a weight-stall cycle);
-* datapath: the UB read (1 cycle) and a feed queue that keeps at most 3 rows in flight;
+* datapath: the UB read (1 cycle) and a feed queue that keeps at most ``FEED_SLOTS`` rows
+  in flight;
   a row that adds to the accumulator row of the row before waits a cycle; ``rows + cols``
   cycles through the matrix unit; 2 more to commit into the accumulators;
   the activation unit's latency (7, or ``cols * (activation_steps + 37) + 1`` for the
@@ -35,12 +36,12 @@ What each block contributes (see the RTL for the reasons):
 from collections import deque
 
 from ..hw.activation import activation_latency
+from ..hw.datapath import FEED_SLOTS
 from ..isa import MatmulFlag, Opcode, WriteHostFlag
 
 __all__ = ["CoreTiming", "Timing"]
 
 _READ_HOST, _WRITE_UB, _WRITE_ACC = 0, 1, 2
-_FEED_SLOTS = 3          # the datapath's feed queue: UB reads in flight plus rows queued
 
 
 class Timing(dict):
@@ -126,7 +127,7 @@ class CoreTiming:
         done["vector"] = accepted
         done["weight_stall"] = offered and head[0] and not self.tile_ready
 
-        matmul_ready = len(self.feed) + (self.reading is not None) < _FEED_SLOTS
+        matmul_ready = len(self.feed) + (self.reading is not None) < FEED_SLOTS
         matmul = command.get("matmul")
         issue = matmul is not None and matmul_ready
         done["matmul"] = issue
