@@ -11,7 +11,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .boards import board as find_board
+from .boards import DEVICE_MULTIPLIERS, board as find_board
 from .top import BoardTop
 
 __all__ = ["BuildError", "build_board", "multipliers_needed", "parse_nextpnr_log",
@@ -47,7 +47,9 @@ def multipliers_needed(rtlil, family):
     takes on a device of ``family``: the SB_MAC16 blocks it instantiates, and for each
     product of two variable factors of 8 bits or more, the pieces it is split into (a
     factor wider than the multiplier in pieces a bit narrower, as a signed factor's lower
-    pieces lose their sign bit)."""
+    pieces lose their sign bit). ``rtlil`` may be text or bytes, as a build plan holds it."""
+    if isinstance(rtlil, bytes):
+        rtlil = rtlil.decode()
     width = DSP_WIDTH[family]
 
     def pieces(bits):
@@ -210,9 +212,7 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
 def _check_multipliers(board, cfg, device, rtlil):
     """Refuse, before the tools run, a TPU that needs more hard multipliers than the
     device has."""
-    if isinstance(rtlil, bytes):
-        rtlil = rtlil.decode()
-    needed, have = multipliers_needed(rtlil, board.family), board.multipliers
+    needed, have = multipliers_needed(rtlil, board.family), DEVICE_MULTIPLIERS[device]
     if needed > have:
         raise BuildError(f"{board.description} is too small for the TPU {cfg.name}: it needs "
                          f"at least {needed} hard multipliers and the {device} has {have}; a "

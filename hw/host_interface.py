@@ -6,9 +6,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import CoreState
-from ..protocol import (HEADER_LAYOUT, MEMORY_ADDRESS_LAYOUT, STATUS_WORDS, WORD_BITS, Command,
-                        header,
-                        Memory, Reply, host_row_words, weight_row_words)
+from ..protocol import (HEADER_LAYOUT, MEMORY_ADDRESS_LAYOUT, STATUS_FIELDS, STATUS_STATE_LAYOUT,
+                        STATUS_WORDS, WORD_BITS, Command, Memory, Reply, header,
+                        host_row_words, weight_row_words)
 from .arith import above
 from .core import host_control_shapes
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
@@ -210,11 +210,8 @@ class HostInterface(wiring.Component):
         header_sent = Signal()
         # The status words are read as they are sent (no copy): the counters of a stopped
         # program stand still, those of a running one go on between the words.
-        status_words = [
-            Cat(self.state.as_value(), Const(0, 6), self.error.as_value()),
-            self.error_pc, self.cycles, self.mxu_busy_cycles, self.weight_stall_cycles,
-            self.instructions]
-        assert len(status_words) == STATUS_WORDS
+        status_words = [_state_word(self) if name == "state_word" else getattr(self, name)
+                        for name in STATUS_FIELDS]
         row = self.host_out.payload
         status_word, row_word = Signal(32), Signal(32)
         with m.Switch(word):
@@ -253,6 +250,20 @@ class HostInterface(wiring.Component):
                                     m.d.comb += self.host_out.ready.eq(1)
                                 m.next = "Idle"
         return m
+
+
+def _state_word(interface):
+    """The state word (:data:`~tpuer.protocol.STATUS_STATE_LAYOUT`) from the status inputs
+    of ``interface`` named as its fields: each at its offset, the gaps between them 0."""
+    parts, end = [], 0
+    for name, field in STATUS_STATE_LAYOUT:
+        value = getattr(interface, name).as_value()
+        assert len(value) <= field.width, f"{name} is wider than its status field"
+        if field.offset > end:
+            parts.append(Const(0, field.offset - end))
+        parts.append(value)
+        end = field.offset + len(value)
+    return Cat(*parts)
 
 
 def _goto(m, condition, when_true, when_false):

@@ -5,7 +5,8 @@ import pytest
 
 from tpuer import Config, isa
 from tpuer.isa import CoreState, ErrorCode
-from tpuer.protocol import Command, Memory, Reply, decode_replies, encode, header
+from tpuer.protocol import (STATUS_FIELDS, STATUS_STATE_LAYOUT, STATUS_WORDS, Command, Memory,
+                            Reply, decode_replies, encode, header)
 
 
 def test_commands_have_their_documented_words():
@@ -34,6 +35,20 @@ def test_replies_decode_and_an_unfinished_one_is_kept():
     assert status["state"] is CoreState.HALTED and status["error"] is ErrorCode.NONE
     assert (status["cycles"], status["instructions"]) == (100, 9)
     assert rest == [(Reply.ROW.value << 24) | 2, 1]
+
+
+def test_a_status_reply_is_read_by_its_layout():
+    """The state word's fields sit where ``STATUS_STATE_LAYOUT`` puts them, and the other
+    words are read in the order of ``STATUS_FIELDS`` (the order the hardware sends)."""
+    word = (int(CoreState.ERROR.value) << STATUS_STATE_LAYOUT["state"].offset |
+            int(ErrorCode.NO_WEIGHTS.value) << STATUS_STATE_LAYOUT["error"].offset)
+    body = [word, 17, 1000, 400, 30, 12]
+    (kind, status), = decode_replies([(Reply.STATUS.value << 24) | STATUS_WORDS, *body])[0]
+    assert kind == "status" and len(body) == STATUS_WORDS == len(STATUS_FIELDS)
+    assert (status["state"], status["error"]) == (CoreState.ERROR, ErrorCode.NO_WEIGHTS)
+    assert {name: status[name] for name in STATUS_FIELDS[1:]} == dict(zip(STATUS_FIELDS[1:],
+                                                                          body[1:]))
+    assert STATUS_STATE_LAYOUT["error"].offset == 8        # the documented "error << 8"
     with pytest.raises(ValueError, match="not a reply header"):
         decode_replies([0x12345678])
 

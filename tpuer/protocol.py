@@ -27,8 +27,8 @@ otherwise the TPU answers ``REFUSED`` and does nothing (the rows of a refused
 ``WRITE_MEMORY`` are read and dropped, so the stream stays in step).
 
 Replies: ``ROW`` (count = lanes): one word per lane, a signed 32-bit value; ``STATUS``
-(count = 6): state | error << 8, error_pc, cycles, MXU-busy cycles, weight-stall cycles,
-instructions; ``BAD_COMMAND`` (count = the opcode received): the header was not a command;
+(count = 6): the words of :data:`STATUS_FIELDS` (state | error << 8, error_pc, cycles,
+MXU-busy cycles, weight-stall cycles, instructions); ``BAD_COMMAND`` (count = the opcode received): the header was not a command;
 the interface reads the next word as a header; ``REFUSED`` (count = the opcode): a memory
 command, or a program write, that could not run.
 """
@@ -40,7 +40,8 @@ from amaranth.lib import data, enum
 from .isa import CoreState, ErrorCode, Instruction
 
 __all__ = ["Command", "Reply", "Memory", "HEADER_LAYOUT", "MEMORY_ADDRESS_LAYOUT", "WORD_BITS",
-           "weight_row_words", "host_row_words", "encode", "decode_replies", "Status"]
+           "weight_row_words", "host_row_words", "encode", "decode_replies", "Status",
+           "STATUS_FIELDS", "STATUS_WORDS", "STATUS_STATE_LAYOUT"]
 
 WORD_BITS = 32
 HEADER_LAYOUT = data.StructLayout({"count": unsigned(24), "opcode": unsigned(8)})
@@ -76,7 +77,15 @@ MEMORY_ADDRESS_LAYOUT = data.StructLayout({"row": unsigned(16), "memory": unsign
                                            "reserved": unsigned(8)})
 
 
-STATUS_WORDS = 6
+#: The words of a ``STATUS`` reply, in order: the state word (:data:`STATUS_STATE_LAYOUT`),
+#: then the sequencer's status outputs of these names (``error_pc`` and the counters), each
+#: a word. The host interface sends them and :func:`decode_replies` reads them by this list.
+STATUS_FIELDS = ("state_word", "error_pc", "cycles", "mxu_busy_cycles", "weight_stall_cycles",
+                 "instructions")
+STATUS_WORDS = len(STATUS_FIELDS)
+#: The first word of a ``STATUS`` reply: the core's :class:`~tpuer.isa.CoreState` and
+#: :class:`~tpuer.isa.ErrorCode`; the bits above are 0.
+STATUS_STATE_LAYOUT = data.StructLayout({"state": unsigned(8), "error": unsigned(8)})
 
 
 def weight_row_words(cfg):
@@ -189,9 +198,10 @@ def decode_replies(words):
         if opcode == Reply.ROW.value:
             replies.append(("row", np.array([_signed32(w) for w in body], dtype=np.int64)))
         else:
-            replies.append(("status", Status(
-                state=CoreState(body[0] & 0xFF), error=ErrorCode((body[0] >> 8) & 0xFF),
-                error_pc=body[1], cycles=body[2], mxu_busy_cycles=body[3],
-                weight_stall_cycles=body[4], instructions=body[5])))
+            status = dict(zip(STATUS_FIELDS, body))
+            first = STATUS_STATE_LAYOUT.from_bits(status.pop("state_word") &
+                                                  ((1 << STATUS_STATE_LAYOUT.size) - 1))
+            replies.append(("status", Status(state=CoreState(first.state),
+                                             error=ErrorCode(first.error), **status)))
         position += 1 + size
     return replies, words[position:]
