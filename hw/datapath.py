@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .accumulators import AccumulatorMemory
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, activation_unit
-from .matrix_unit import MatrixUnit
+from .matrix_unit import MatrixUnit, matrix_unit_latency
 from .shift_queue import ShiftQueue
 from .unified_buffer import UnifiedBuffer
 
@@ -81,7 +81,8 @@ class Datapath(wiring.Component):
         them).
 
     Latency: a ``matmul`` command accepted in cycle ``t`` has its accumulator row written at
-    the end of cycle ``t + 4 + rows + cols`` (:attr:`matmul_latency`); an ``activate``
+    the end of cycle ``t + 4 + M`` (:attr:`matmul_latency`; ``M`` is the matrix unit's
+    :func:`~tpuer.hw.matrix_unit.matrix_unit_latency`, ``rows + cols``); an ``activate``
     accepted in cycle ``t`` writes its UB row at the end of cycle ``t + 1 + L``
     (:attr:`activate_latency`), where ``L`` is the activation unit's latency (7; with
     ``cfg.activation_steps``, ``cols * (steps + 37) + 1``, and the next ``activate`` is taken
@@ -117,7 +118,7 @@ class Datapath(wiring.Component):
 
     @property
     def matmul_latency(self):
-        return 4 + self._cfg.rows + self._cfg.cols
+        return 4 + matrix_unit_latency(self._cfg)
 
     @property
     def activate_latency(self):
@@ -179,7 +180,7 @@ class Datapath(wiring.Component):
         # In-flight rows per accumulator half: counted in when the command is accepted, out
         # when its accumulator write commits.
         half = cfg.acc_depth // 2
-        in_flight_limit = cfg.rows + cfg.cols + 12
+        in_flight_limit = matrix_unit_latency(cfg) + 12
         banks = [Signal(range(in_flight_limit), name=f"acc_bank{h}_rows") for h in (0, 1)]
         # A result written in cycle t commits at the end of t + 2.
         result_bank, commit_bank = Signal(), Signal()

@@ -8,7 +8,15 @@ from .data_setup import DiagonalSkew
 from .systolic_array import SystolicArray
 from .weight_fifo import WeightFIFO
 
-__all__ = ["MatrixUnit"]
+__all__ = ["MatrixUnit", "matrix_unit_latency"]
+
+
+def matrix_unit_latency(cfg):
+    """Cycles from the matrix unit's accepting a vector to its result: one in the input
+    register, ``rows`` down the array and ``cols - 1`` across it (the skew of the last
+    column, which the output deskew gives every column). The datapath, the cycle model and
+    the compiler's schedules all take it from here."""
+    return cfg.rows + cfg.cols
 
 
 class MatrixUnit(wiring.Component):
@@ -50,7 +58,7 @@ class MatrixUnit(wiring.Component):
         that the accumulator memory can read the row a result adds to a cycle ahead).
 
     Latency: a vector accepted in cycle ``t`` leaves in cycle ``t + latency`` where
-    :attr:`latency` is ``rows + cols``.
+    :attr:`latency` is :func:`matrix_unit_latency` (``rows + cols``).
     """
 
     def __init__(self, cfg, *, tag_shape=unsigned(16)):
@@ -82,7 +90,7 @@ class MatrixUnit(wiring.Component):
     @property
     def latency(self):
         """Cycles from accepting a vector to its result on ``results``."""
-        return self._cfg.rows + self._cfg.cols
+        return matrix_unit_latency(self._cfg)
 
     def elaborate(self, platform):
         cfg = self._cfg
@@ -137,7 +145,7 @@ class MatrixUnit(wiring.Component):
         # --- sideband: valid and tag travel beside the wavefront --------------------------
         valid, tag = held_valid, held.tag
         in_flight = [held_valid]
-        for stage in range(cfg.rows + cfg.cols - 1):
+        for stage in range(matrix_unit_latency(cfg) - 1):
             upcoming_valid, upcoming_tag = valid, tag
             next_valid = Signal(name=f"valid_d{stage + 1}")
             next_tag = Signal(self._tag_shape, name=f"tag_d{stage + 1}")

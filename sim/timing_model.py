@@ -22,8 +22,9 @@ What each block contributes (see the RTL for the reasons):
   a vector flagged ``new_tile`` waits for it (a weight-stall cycle);
 * datapath: the UB read (1 cycle) and a feed queue that keeps at most ``FEED_SLOTS`` rows
   in flight;
-  a row that adds to the accumulator row of the row before waits a cycle; ``rows + cols``
-  cycles through the matrix unit; 2 more to commit into the accumulators;
+  a row that adds to the accumulator row of the row before waits a cycle;
+  :func:`~tpuer.hw.matrix_unit.matrix_unit_latency` (``rows + cols``) cycles through the
+  matrix unit; 2 more to commit into the accumulators;
   the activation unit's latency (7, or ``cols * (activation_steps + 37) + 1`` for the
   lane-serial unit, which takes a row only when it is empty);
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
@@ -37,6 +38,7 @@ from collections import deque
 
 from ..hw.activation import activation_latency
 from ..hw.datapath import FEED_SLOTS
+from ..hw.matrix_unit import matrix_unit_latency
 from ..isa import MatmulFlag, Opcode, WriteHostFlag
 
 __all__ = ["CoreTiming", "Timing"]
@@ -72,7 +74,7 @@ class CoreTiming:
         self.reading = None      # (new_tile, acc half, acc row, accumulate) of the UB read
         self.feed = deque()
         self.entered = None                      # acc row of the vector entered last cycle
-        self.pipe = [None] * (cfg.rows + cfg.cols)
+        self.pipe = [None] * matrix_unit_latency(cfg)
         self.committing = [None, None]           # accumulator halves of writes in flight
         self.banks = [0, 0]
         self.activating = False

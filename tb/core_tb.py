@@ -10,6 +10,7 @@ import numpy as np
 from amaranth.lib import data
 
 from .. import isa
+from ..hw.matrix_unit import matrix_unit_latency
 from ..isa import CoreState, ErrorCode, Instruction, Opcode
 from ..sim.isa_model import CoreModel
 from .harness import StreamSink, StreamSource, TestbenchError, run_cycles
@@ -372,7 +373,7 @@ async def bench_streaming(io, cfg, rng):
         raise TestbenchError(f"[{io.simulator} core {cfg.name}] {got.weight_stall_cycles} "
                              f"weight-stall cycles for tiles of {n} >= {cfg.rows} rows")
     ideal = 4 * n
-    if got.cycles > ideal + 2 * (cfg.rows + cfg.cols) + 20:
+    if got.cycles > ideal + 2 * matrix_unit_latency(cfg) + 20:
         raise TestbenchError(f"[{io.simulator} core {cfg.name}] {got.cycles} cycles for "
                              f"{ideal} rows of products")
 

@@ -5,7 +5,7 @@ import random
 
 import numpy as np
 
-from ..hw.matrix_unit import MatrixUnit
+from ..hw.matrix_unit import MatrixUnit, matrix_unit_latency
 from ..sim.matrix_unit_model import MatrixUnitModel
 from .harness import StreamSink, StreamSource, TestbenchError, reference_instance, run_cycles
 from .packing import Codec
@@ -86,7 +86,7 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
                         if valid else None))
 
     budget = 200 + 4 * (len(vectors) + len(weights)) * (1 + 4 * max(row_idle, weight_idle)) \
-        + 2 * (cfg.rows + cfg.cols)
+        + 2 * matrix_unit_latency(cfg)
     await run_cycles(io, [weight_source, row_source, sink],
                      until=lambda: len(sink.items) == len(vectors),
                      max_cycles=int(budget), on_cycle=watch)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import isa
+from .hw.matrix_unit import matrix_unit_latency
 
 __all__ = ["Step", "plan_matmul", "assemble_matmul", "MAX_EXACT_K"]
 
@@ -146,7 +147,7 @@ def _plan_overlapped(cfg, a, b, n_group, block):
                 # The previous block's results go out once the other accumulator half has
                 # drained (after a pipeline's worth of this block's products); the next
                 # block's inputs come in as soon as the DMA engine is done with them.
-                drain = cfg.rows + cfg.cols + 4
+                drain = matrix_unit_latency(cfg) + 4
                 out_at = min(len(order) - 1, -(-drain // rows)) if i > 0 else -1
                 out_rows = sizes[i - 1] * len(nts) if i > 0 else 0
                 in_at = min(len(order) - 1, out_at + 1 + -(-out_rows // rows)) if i > 0 else 0
