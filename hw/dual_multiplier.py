@@ -16,12 +16,14 @@ def uses_sb_mac16(platform, operand_shape):
 
 
 class DualMultiplier(wiring.Component):
-    """``high = high_a * high_b`` and ``low = low_a * low_b``, signed, combinational.
+    """``high = high_a * high_b`` and ``low = low_a * low_b``, signed, each product held in
+    a register.
 
     On an iCE40 UltraPlus this is one SB_MAC16 with ``MODE_8x8``: its top half multiplies
     ``A[15:8] * B[15:8]`` and its bottom half ``A[7:0] * B[7:0]``, both signed, and the
-    16-bit products are taken straight from the multipliers (``*OUTPUT_SELECT = 2``, no
-    register, the DSP's adders unused). Elsewhere it is two plain multiplications, so that
+    16-bit products are taken from the multipliers' own pipeline registers
+    (``TOP_8x8_MULT_REG``, ``BOT_8x8_MULT_REG``, ``*OUTPUT_SELECT = 2``; reset clears them;
+    the DSP's adders are unused). Elsewhere it is two plain multiplications, so that
     simulators without the primitive see the same behaviour. Yosys never packs two 8 x 8
     products into one SB_MAC16 by itself, hence the instance.
 
@@ -31,8 +33,8 @@ class DualMultiplier(wiring.Component):
     weight-stationary cells that switch weights in the same cycle so keep their active
     weights in the DSP instead of in logic cells.
 
-    Operands narrower than 8 bits are sign-extended. Latency: 0 (combinational) from ``a``
-    (and from ``b`` without ``registered_b``).
+    Operands narrower than 8 bits are sign-extended. Latency: 1 cycle from ``a`` (and from
+    ``b`` without ``registered_b``) to the products.
     """
 
     def __init__(self, operand_shape, *, registered_b=False):
@@ -58,7 +60,7 @@ class DualMultiplier(wiring.Component):
                 high_b, low_b = Signal.like(self.high_b), Signal.like(self.low_b)
                 with m.If(self.load_b):
                     m.d.sync += [high_b.eq(self.high_b), low_b.eq(self.low_b)]
-            m.d.comb += [self.high.eq(self.high_a * high_b),
+            m.d.sync += [self.high.eq(self.high_a * high_b),
                          self.low.eq(self.low_a * low_b)]
             return m
 
@@ -70,13 +72,14 @@ class DualMultiplier(wiring.Component):
         m.submodules.dsp = Instance(
             "SB_MAC16",
             p_MODE_8x8=1, p_A_SIGNED=1, p_B_SIGNED=1, p_B_REG=int(registered),
+            p_TOP_8x8_MULT_REG=1, p_BOT_8x8_MULT_REG=1,
             p_TOPOUTPUT_SELECT=2, p_BOTOUTPUT_SELECT=2,
-            i_CLK=ClockSignal() if registered else 0, i_CE=1,
+            i_CLK=ClockSignal(), i_CE=1,
             i_A=Cat(operands["low_a"], operands["high_a"]),
             i_B=Cat(operands["low_b"], operands["high_b"]),
             i_C=0, i_D=0,
             i_AHOLD=0, i_BHOLD=~self.load_b if registered else 0, i_CHOLD=0, i_DHOLD=0,
-            i_IRSTTOP=0, i_IRSTBOT=ResetSignal() if registered else 0,
+            i_IRSTTOP=ResetSignal(), i_IRSTBOT=ResetSignal(),
             i_ORSTTOP=0, i_ORSTBOT=0,
             i_OLOADTOP=0, i_OLOADBOT=0, i_ADDSUBTOP=0, i_ADDSUBBOT=0,
             i_OHOLDTOP=0, i_OHOLDBOT=0, i_CI=0, i_ACCUMCI=0, i_SIGNEXTIN=0,

@@ -13,10 +13,10 @@ __all__ = ["MatrixUnit", "matrix_unit_latency"]
 
 def matrix_unit_latency(cfg):
     """Cycles from the matrix unit's accepting a vector to its result: one in the input
-    register, ``rows`` down the array and ``cols - 1`` across it (the skew of the last
-    column, which the output deskew gives every column). The datapath, the cycle model and
-    the compiler's schedules all take it from here."""
-    return cfg.rows + cfg.cols
+    register, one in the cells' product registers, ``rows`` down the array and ``cols - 1``
+    across it (the skew of the last column, which the output deskew gives every column).
+    The datapath, the cycle model and the compiler's schedules all take it from here."""
+    return cfg.rows + cfg.cols + 1
 
 
 class MatrixUnit(wiring.Component):
@@ -58,7 +58,7 @@ class MatrixUnit(wiring.Component):
         that the accumulator memory can read the row a result adds to a cycle ahead).
 
     Latency: a vector accepted in cycle ``t`` leaves in cycle ``t + latency`` where
-    :attr:`latency` is :func:`matrix_unit_latency` (``rows + cols``).
+    :attr:`latency` is :func:`matrix_unit_latency` (``rows + cols + 1``).
     """
 
     def __init__(self, cfg, *, tag_shape=unsigned(16)):

@@ -10,8 +10,11 @@ __all__ = ["ProcessingElement"]
 class ProcessingElement(wiring.Component):
     """One multiply-accumulate cell of the systolic array.
 
-    Every cycle the cell adds ``act_in * weight`` to ``psum_in`` and passes the sum down
-    (``psum_out``) and the activation right (``act_out``), each through one register.
+    Every cycle the cell multiplies ``act_in`` by its weight into a product register and
+    adds the product of the cycle before to ``psum_in``; it passes the sum down
+    (``psum_out``) and the activation right (``act_out``), each through one register. The
+    product register keeps the multiplier out of the adder's path (a DSP block's own
+    register where there is one), at one more cycle of latency for the whole array.
 
     The weight is double-buffered: ``weight_in`` is written into the *shadow* weight when
     ``weight_load`` is high, while the *active* weight keeps computing. ``switch_in`` travels
@@ -28,8 +31,8 @@ class ProcessingElement(wiring.Component):
         Shape of partial sums (``signed(32)``). Sums wrap on overflow; the array sizes it
         so that they cannot overflow.
     shared_multiplier : bool
-        The product comes from outside (``product``, of ``factor_act * factor_weight``), so
-        that two cells can share one DSP block
+        The product comes from outside (``product``: ``factor_act * factor_weight`` of the
+        cycle before, registered there), so that two cells can share one DSP block
         (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`).
     active_outside : bool
         With ``shared_multiplier``: the multiplier holds the active weight itself (the
@@ -37,7 +40,7 @@ class ProcessingElement(wiring.Component):
         shadow weight and the cell keeps no active weight of its own.
 
     Latency: 1 cycle from ``act_in``/``switch_in`` to ``act_out``/``switch_out`` and from
-    ``psum_in`` to ``psum_out``.
+    ``psum_in`` to ``psum_out``; 2 cycles from ``act_in`` to ``psum_out``.
     """
 
     def __init__(self, *, operand_shape, acc_shape, shared_multiplier=False,
@@ -75,7 +78,8 @@ class ProcessingElement(wiring.Component):
                          self.factor_weight.eq(shadow if self._active_outside else active)]
             product = self.product
         else:
-            product = self.act_in * active
+            product = Signal(signed(2 * self._operand_shape.width))
+            m.d.sync += product.eq(self.act_in * active)
         m.d.sync += [
             self.act_out.eq(self.act_in),
             self.switch_out.eq(self.switch_in),

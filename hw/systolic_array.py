@@ -31,9 +31,10 @@ class SystolicArray(wiring.Component):
     two cells of one anti-diagonal, which switch weights in the same cycle, keep their
     active weights in the DSP's B register.
 
-    Latency: an activation entering lane ``i`` in cycle ``t`` is summed into column ``j`` in
-    cycle ``t + j``; the sum of a vector whose lane 0 entered in cycle ``t`` leaves column
-    ``j`` in cycle ``t + rows + j`` (``psum_out`` is a register output).
+    Latency: an activation entering lane ``i`` in cycle ``t`` is multiplied in column ``j``
+    in cycle ``t + j`` and its product summed in the cycle after; the sum of a vector whose
+    lane 0 entered in cycle ``t`` leaves column ``j`` in cycle ``t + rows + j + 1``
+    (``psum_out`` is a register output).
 
     Members
     -------
