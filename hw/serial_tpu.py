@@ -37,12 +37,11 @@ class SerialTPU(wiring.Component):
         m.submodules.tpu = tpu = TPU(self._cfg)
         wiring.connect(m, receiver.bytes, link.rx_bytes)
         wiring.connect(m, link.tx_bytes, transmitter.bytes)
-        # A register stage for the replies, so that the link's state does not reach through
-        # the host interface into the DMA engine (on the slow iCE40 only the reply words
-        # and their valid: it is short of logic cells); and, but for the iCE40, one for the
-        # commands, so that the link's queue memory and the host interface's decoding do
-        # not make one long path.
-        m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32, ready_path=is_ice40(platform))
+        # A register stage for the replies, its ready from a register too, so that the
+        # link's state does not reach through the host interface into the DMA engine; and,
+        # but for the iCE40 (short of logic cells), one for the commands, so that the link's
+        # queue memory and the host interface's decoding do not make one long path.
+        m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32)
         wiring.connect(m, tpu.rsp, rsp_buffer.i)
         wiring.connect(m, rsp_buffer.o, link.rsp)
         if is_ice40(platform):
