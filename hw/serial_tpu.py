@@ -17,7 +17,8 @@ class SerialTPU(wiring.Component):
     """:class:`~tpuer.hw.tpu.TPU` behind :class:`~tpuer.hw.serial_link.SerialLink` and a
     UART of ``divisor`` clock cycles per bit: ``rx`` and ``tx`` are the board's serial
     pins. The very same logic goes into every bitstream and into the simulated board, but
-    for the register stages between the link and the TPU, which an iCE40 leaves out."""
+    for the register stages between the link and the TPU, which an iCE40 makes fewer and
+    smaller."""
 
     def __init__(self, cfg, *, divisor):
         self._cfg = cfg
@@ -38,10 +39,12 @@ class SerialTPU(wiring.Component):
         wiring.connect(m, receiver.bytes, link.rx_bytes)
         wiring.connect(m, link.tx_bytes, transmitter.bytes)
         # A register stage for the replies, its ready from a register too, so that the
-        # link's state does not reach through the host interface into the DMA engine; and,
-        # but for the iCE40 (short of logic cells), one for the commands, so that the link's
-        # queue memory and the host interface's decoding do not make one long path.
-        m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32)
+        # link's state does not reach through the host interface into the DMA engine (on
+        # the iCE40, short of logic cells, without a skid register: a reply word every other
+        # cycle is still far faster than the UART); and, but for the iCE40, one for the
+        # commands, so that the link's queue memory and the host interface's decoding do
+        # not make one long path.
+        m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32, half_rate=is_ice40(platform))
         wiring.connect(m, tpu.rsp, rsp_buffer.i)
         wiring.connect(m, rsp_buffer.o, link.rsp)
         if is_ice40(platform):

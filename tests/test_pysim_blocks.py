@@ -111,12 +111,12 @@ def test_diagonal_skew_refuses_bad_lane_counts():
         gc.collect()
 
 
-@pytest.mark.parametrize("ready_path", [False, True])
+@pytest.mark.parametrize("mode", ["skid", "ready_path", "half_rate"])
 @pytest.mark.parametrize("idle, stall", [(0.0, 0.0), (0.3, 0.5), (0.0, 0.7)])
-def test_stream_buffer_keeps_order_and_loses_nothing(idle, stall, ready_path):
+def test_stream_buffer_keeps_order_and_loses_nothing(idle, stall, mode):
     """Random words through the register stage between the serial link and the TPU, with
     idle input and a stalling output: every word arrives once, in order; with neither,
-    one word per cycle after one cycle of latency."""
+    one word per cycle (every other cycle at half rate) after one cycle of latency."""
     import random
     from tpuer.hw.stream_buffer import StreamBuffer
     from tpuer.tb.harness import StreamSink, StreamSource, TestbenchError, run_cycles
@@ -135,8 +135,21 @@ def test_stream_buffer_keeps_order_and_loses_nothing(idle, stall, ready_path):
             latencies = set(np.array(sink.cycles) - np.array(source.sent_cycles))
             if latencies != {1}:
                 raise TestbenchError(f"latencies {sorted(latencies)}, documented 1")
+            gaps = set(np.diff(sink.cycles))
+            if gaps != {2 if mode == "half_rate" else 1}:
+                raise TestbenchError(f"words {sorted(gaps)} cycles apart in mode {mode}")
 
-    assert run_pysim(StreamBuffer(32, ready_path=ready_path), bench) > 0
+    buffer = StreamBuffer(32, ready_path=mode == "ready_path", half_rate=mode == "half_rate")
+    assert run_pysim(buffer, bench) > 0
+
+
+def test_stream_buffer_takes_one_mode():
+    from tpuer.hw.stream_buffer import StreamBuffer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)   # the half-made object
+        with pytest.raises(ValueError, match="either ready_path or half_rate"):
+            StreamBuffer(32, ready_path=True, half_rate=True)
+        gc.collect()
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3, 4])

@@ -315,10 +315,11 @@ def test_serial_backend_refuses_a_missing_port():
 
 
 def test_board_as_the_icebreaker_builds_it_on_icarus(tmp_path):
-    """The iCEBreaker's logic as its bitstream has it (no register stages between link and
-    TPU, products in SB_MAC16 blocks, the program in SPRAM, block RAMs instantiated
-    directly), behind its UART on Icarus with Yosys's models of the primitives: a whole
-    program over the line, against the golden model."""
+    """The iCEBreaker's logic as its bitstream has it (a half-rate register stage for the
+    replies and none for the commands between link and TPU, products in SB_MAC16 blocks,
+    the program in SPRAM, block RAMs instantiated directly), behind its UART on Icarus with
+    Yosys's models of the primitives: a whole program over the line, against the golden
+    model."""
     from amaranth_boards.icebreaker import ICEBreakerPlatform
     require_simulator("icarus")
     built = backend.build("board", BOARD_CONFIG, "icarus", platform=ICEBreakerPlatform(),
