@@ -50,9 +50,11 @@ class HostInterface(wiring.Component):
         head = data.View(HEADER_LAYOUT, word)
         count = Signal(24)
         addr = Signal(17)
-        low = Signal(32, reset_less=True)      # an instruction's first word
         widest = max(weight_row_words(cfg), host_row_words(cfg))
-        buffer = Signal(32 * widest, reset_less=True)   # the words of a row being gathered
+        # The words of a row being gathered; its first word also holds an instruction's
+        # first word until the second comes.
+        buffer = Signal(32 * widest, reset_less=True)
+        low = buffer[:32]
         index = Signal(range(widest + 1))
         status_request = Signal()
         bad_request = Signal()          # a BAD_COMMAND or REFUSED reply is due

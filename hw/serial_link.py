@@ -1,7 +1,7 @@
 """The board's end of the serial host link (:mod:`tpuer.link`): request frames in, the TPU's
 command words out, reply frames with the TPU's reply words back."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import crc, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -64,9 +64,10 @@ class SerialLink(wiring.Component):
         ptr_bits = (depth - 1).bit_length() + 1          # one more bit: full vs empty
 
         # --- command queue: tentative writes, committed when the frame checks ---------
-        # Read and write never meet: a word is read again every cycle, and only words
-        # written cycles before the commit are taken.
-        m.submodules.queue = queue = BlockRAM(width=32, depth=depth)
+        # Each byte is written into its lane of the word at ``tail`` as it arrives (no
+        # register gathers the word). Read and write never meet: a word is read again every
+        # cycle, and only words written cycles before the commit are taken.
+        m.submodules.queue = queue = BlockRAM(width=32, depth=depth, granularity=8)
         head = Signal(ptr_bits)          # next word to the TPU
         committed = Signal(ptr_bits)     # end of the words the TPU may take
         tail = Signal(ptr_bits)          # end of the words written so far
@@ -88,10 +89,12 @@ class SerialLink(wiring.Component):
         m.submodules.replies = replies = BlockRAM(width=32, depth=MAX_REPLY_WORDS)
 
         # --- receiving ----------------------------------------------------------------
-        m.submodules.rx_crc = rx_crc = crc.Processor(CRC(data_width=8))
+        # One CRC for both directions: a frame is received or sent, never both at once.
+        # It takes the received bytes unless a byte is being sent.
+        m.submodules.frame_crc = frame_crc = crc.Processor(CRC(data_width=8))
         byte = self.rx_bytes.payload.data
         got = self.rx_bytes.valid
-        m.d.comb += [rx_crc.data.eq(byte)]
+        m.d.comb += [frame_crc.data.eq(byte)]
         flags = Signal(8)
         seq = Signal(8)
         count = Signal(16)
@@ -100,40 +103,38 @@ class SerialLink(wiring.Component):
         index = Signal(range(MAX_REQUEST_WORDS + 1))
         short_count = count[:len(index)]
         lane = Signal(2)                 # byte of the current word
-        word = Signal(24)
         bad = Signal()                   # a framing error inside the frame
         take_words = Signal()            # the words go into the queue
-        last_seq = Signal(8)
+        last_seq = Signal(8)             # the seq of the stored reply
         have_last = Signal()             # a reply is stored (last_seq means something)
         timer = Signal(range(self._byte_timeout + 1))
         # A request is new (executes) unless it repeats the seq of the stored reply.
         new_request = (flags & FLAG_NEW_SESSION).any() | ~have_last | (seq != last_seq)
 
         # --- the reply being sent: the stored one, or a NAK that leaves it alone --------
-        reply_kind = Signal(8)
-        reply_seq = Signal(8)
+        busy_reply = Signal()            # the stored reply is a BUSY, not an ACK
         nak = Signal()
-        nak_seq = Signal(8)
         reply_count = Signal(range(MAX_REPLY_WORDS + 1))
         reply_room = Signal()            # reply_count < MAX_REPLY_WORDS, kept in a register
         sent = Signal(range(MAX_REPLY_WORDS + 1))
         tx_lane = Signal(3)
-        m.submodules.tx_crc = tx_crc = crc.Processor(CRC(data_width=8))
         tx_taken = self.tx_bytes.valid & self.tx_bytes.ready
 
         def send(value, *, crc_it=True):
             m.d.comb += [self.tx_bytes.valid.eq(1), self.tx_bytes.payload.eq(value)]
             if crc_it:
-                m.d.comb += [tx_crc.data.eq(value), tx_crc.valid.eq(tx_taken)]
+                m.d.comb += [frame_crc.data.eq(value), frame_crc.valid.eq(tx_taken)]
 
         def reply(kind):
             """Leave for sending a reply of ``kind``: a NAK, or a new stored reply, filled
             with the TPU's waiting words first."""
             if kind == Kind.NAK:
-                m.d.sync += [nak.eq(1), nak_seq.eq(seq)]
+                # A NAK carries ``seq``, which holds still until the next frame's header.
+                m.d.sync += nak.eq(1)
                 m.next = "SendSync"
             else:
-                m.d.sync += [nak.eq(0), reply_kind.eq(kind), reply_seq.eq(seq),
+                assert kind in (Kind.ACK, Kind.BUSY)
+                m.d.sync += [nak.eq(0), busy_reply.eq(kind == Kind.BUSY),
                              reply_count.eq(0), reply_room.eq(1), last_seq.eq(seq),
                              have_last.eq(1)]
                 m.next = "Collect"
@@ -141,7 +142,7 @@ class SerialLink(wiring.Component):
         with m.FSM(name="link"):
             with m.State("Hunt"):
                 with m.If(got & (byte == SYNC) & ~self.rx_bytes.payload.framing_error):
-                    m.d.comb += rx_crc.start.eq(1)
+                    m.d.comb += frame_crc.start.eq(1)
                     m.d.sync += [bad.eq(0), timer.eq(0)]
                     m.next = "Flags"
 
@@ -149,7 +150,7 @@ class SerialLink(wiring.Component):
                 """A header or payload byte: CRC it, note framing errors, time out;
                 ``store`` is a statement to run on it, ``action`` a function."""
                 with m.If(got):
-                    m.d.comb += rx_crc.valid.eq(1)
+                    m.d.comb += frame_crc.valid.eq(1)
                     m.d.sync += [timer.eq(0),
                                  bad.eq(bad | self.rx_bytes.payload.framing_error)]
                     if store is not None:
@@ -183,11 +184,11 @@ class SerialLink(wiring.Component):
                     m.next = "Payload"
             with m.State("Payload"):
                 def payload_byte():
-                    m.d.sync += [lane.eq(lane + 1), word.eq(Cat(word[8:], byte))]
+                    m.d.comb += [queue.write_addr.eq(tail[:ptr_bits - 1]),
+                                 queue.write_data.eq(byte.replicate(4)),
+                                 queue.write_en.eq(take_words << lane)]
+                    m.d.sync += lane.eq(lane + 1)
                     with m.If(lane == 3):
-                        m.d.comb += [queue.write_addr.eq(tail[:ptr_bits - 1]),
-                                     queue.write_data.eq(Cat(word, byte)),
-                                     queue.write_en.eq(take_words)]
                         m.d.sync += [index.eq(index + 1), tail.eq(tail + take_words)]
                         with m.If(index + 1 == short_count):
                             m.next = "CrcHigh"
@@ -197,8 +198,8 @@ class SerialLink(wiring.Component):
             with m.State("CrcLow"):
                 receive("Check")
             with m.State("Check"):
-                # rx_crc has taken the last byte: the whole frame checks to the residue.
-                with m.If(bad | ~rx_crc.match_detected):
+                # The CRC has taken the last byte: the whole frame checks to the residue.
+                with m.If(bad | ~frame_crc.match_detected):
                     m.d.sync += tail.eq(committed)
                     reply(Kind.NAK)
                 with m.Elif(new_request):
@@ -226,16 +227,16 @@ class SerialLink(wiring.Component):
 
             with m.State("SendSync"):
                 send(SYNC, crc_it=False)
-                m.d.comb += tx_crc.start.eq(1)
+                m.d.comb += frame_crc.start.eq(1)
                 m.d.sync += [sent.eq(0), tx_lane.eq(0)]
                 with m.If(tx_taken):
                     m.next = "SendKind"
             with m.State("SendKind"):
-                send(Mux(nak, Kind.NAK, reply_kind))
+                send(Mux(nak, Kind.NAK, Mux(busy_reply, Kind.BUSY, Kind.ACK)))
                 with m.If(tx_taken):
                     m.next = "SendSeq"
             with m.State("SendSeq"):
-                send(Mux(nak, nak_seq, reply_seq))
+                send(Mux(nak, seq, last_seq))
                 with m.If(tx_taken):
                     m.next = "SendCountLow"
             with m.State("SendCountLow"):
@@ -261,11 +262,11 @@ class SerialLink(wiring.Component):
                         with m.If(sent + 1 == reply_count):
                             m.next = "SendCrcHigh"
             with m.State("SendCrcHigh"):
-                send(tx_crc.crc[8:], crc_it=False)
+                send(frame_crc.crc[8:], crc_it=False)
                 with m.If(tx_taken):
                     m.next = "SendCrcLow"
             with m.State("SendCrcLow"):
-                send(tx_crc.crc[:8], crc_it=False)
+                send(frame_crc.crc[:8], crc_it=False)
                 with m.If(tx_taken):
                     m.next = "Hunt"
         return m
