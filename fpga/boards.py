@@ -78,10 +78,11 @@ BOARDS = {b.name: b for b in [
                  host_read_queue=1),
           "iceprog", "ICEPROG", _ICE40_HINT,
           uart_note="the FTDI's second channel (/dev/ttyUSB1 on Linux)",
-          # At 96% of the logic cells the placement decides both the routing time and the
-          # Fmax: of the seeds tried, 5 reached 26.2 MHz and routed in 12 minutes; nextpnr's
-          # default reached 21.6 MHz and routed in half an hour, seeds 2 and 3 under 24 MHz.
-          seed=5),
+          # At 94% of the logic cells the placement decides both the routing time and the
+          # Fmax. Placement estimates of seeds 1, 2, 5 and 6: 26.4, 25.6, 24.2, 24.9 MHz;
+          # seed 6 routed to 25.8 MHz in 9 minutes (beside other jobs). (Before, with 5,084
+          # cells: seed 5 reached 26.2 MHz, nextpnr's default 21.6 MHz.)
+          seed=6),
     *[Board(f"ulx3s-{size.lower()}", f"Radiona ULX3S ({size}, ECP5 LFE5U-{size})", "ecp5",
             ("ulx3s", f"ULX3S_{size}_Platform"), ECP5_CLOCK_MHZ,
             {"45F": _ECP5_45F_CONFIG, "85F": _ECP5_CONFIG}.get(size, _ECP5_SMALL_CONFIG),
