@@ -44,7 +44,8 @@ class SerialTPU(wiring.Component):
         # cycle is still far faster than the UART); and, but for the iCE40, one for the
         # commands, so that the link's queue memory and the host interface's decoding do
         # not make one long path.
-        m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(32, half_rate=is_ice40(platform))
+        m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(
+            32, mode="half_rate" if is_ice40(platform) else "skid")
         wiring.connect(m, tpu.rsp, rsp_buffer.i)
         wiring.connect(m, rsp_buffer.o, link.rsp)
         if is_ice40(platform):

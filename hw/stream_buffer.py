@@ -12,35 +12,30 @@ class StreamBuffer(wiring.Component):
     come from registers and ``i.ready`` too (a second, skid register holds the item that
     arrives in the cycle ``o`` stalls), so no combinational path crosses the buffer.
 
-    With ``ready_path=True`` there is no skid register: ``i.ready`` is ``o.ready`` when
-    ``o`` holds an item, so only the forward path (valid and payload) is cut, on half the
-    flip-flops.
+    ``mode`` chooses how:
 
-    With ``half_rate=True`` there is no skid register either, and yet both paths are cut:
-    ``i.ready`` is high only while ``o`` holds nothing, so an item passes at most every
-    other cycle (for a stream much slower than the clock, such as a UART's).
+    * ``"skid"`` (the default): as above;
+    * ``"half_rate"``: no skid register, and yet both paths are cut: ``i.ready`` is
+      high only while ``o`` holds nothing, so an item passes at most every other cycle (for
+      a stream much slower than the clock, such as a UART's).
 
-    Latency: 1 cycle; one item per cycle when ``o`` is always ready (every other cycle with
-    ``half_rate``); holds two items (one with ``ready_path`` or ``half_rate``).
+    Latency: 1 cycle; one item per cycle when ``o`` is always ready (every other cycle at
+    half rate); holds two items (one at half rate).
     """
 
-    def __init__(self, shape, *, ready_path=False, half_rate=False):
-        if ready_path and half_rate:
-            raise ValueError("a StreamBuffer is either ready_path or half_rate, not both")
+    MODES = ("skid", "half_rate")
+
+    def __init__(self, shape, *, mode="skid"):
+        if mode not in self.MODES:
+            raise ValueError(f"mode must be one of {', '.join(self.MODES)}, not {mode!r}")
         self._shape = shape
-        self._ready_path = ready_path
-        self._half_rate = half_rate
+        self._mode = mode
         super().__init__({"i": In(stream.Signature(shape)),
                           "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()
-        if self._ready_path:
-            m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
-            with m.If(self.i.ready):
-                m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
-            return m
-        if self._half_rate:
+        if self._mode == "half_rate":
             m.d.comb += self.i.ready.eq(~self.o.valid)
             with m.If(self.o.ready):
                 m.d.sync += self.o.valid.eq(0)
