@@ -34,15 +34,19 @@ class Board:
     seed: int | None = None
     extra: dict = field(default_factory=dict)
 
-    def make_platform(self):
+    def platform_class(self):
+        """The board's amaranth-boards platform class."""
         import importlib
         module, name = self.platform
-        return getattr(importlib.import_module(f"amaranth_boards.{module}"), name)()
+        return getattr(importlib.import_module(f"amaranth_boards.{module}"), name)
+
+    def make_platform(self):
+        return self.platform_class()()
 
     @property
     def multipliers(self):
-        """The hard multipliers of the board's device."""
-        return DEVICE_MULTIPLIERS[self.make_platform().device]
+        """The hard multipliers of the board's device (read from the platform class)."""
+        return DEVICE_MULTIPLIERS[self.platform_class().device]
 
     @property
     def divisor(self):

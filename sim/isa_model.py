@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..isa import (ALL_LANES, DEFINED_FLAGS, ConfigParam, CoreState, ErrorCode, Instruction, MatmulFlag,
-                   Opcode, WriteHostFlag)
+from ..isa import (ALL_LANES, DEFINED_FLAGS, ConfigParam, CoreState, ErrorCode, Instruction,
+                   MatmulFlag, Opcode, WriteHostFlag)
 from .accumulator_model import AccumulatorModel
 from .activation_model import ActivationParams, requantize
 from .numerics import check_range

@@ -237,7 +237,8 @@ class CoreTiming:
         self.dma_busy, self.dma_requested, self.dma_answered = dma_busy, dma_requested, dma_answered
         if dma_taken:
             kind, addr, count = dma
-            self.dma_busy, self.dma_kind, self.dma_base, self.dma_count = count != 0, kind, addr, count
+            self.dma_busy, self.dma_kind = count != 0, kind
+            self.dma_base, self.dma_count = addr, count
             self.dma_requested = self.dma_answered = 0
         return done
 

@@ -118,7 +118,8 @@ async def bench_weight_fifo(io, cfg, rng, rows=None):
     codec = Codec(dut.w.payload.shape())
     count = rows or 3 * cfg.weight_fifo_depth
     items = [rng.integers(cfg.operand_min, cfg.operand_max + 1, cfg.cols) for _ in range(count)]
-    source = StreamSource("w", codec, items, idle=0.2, rng=random.Random(int(rng.integers(1 << 31))))
+    source = StreamSource("w", codec, items, idle=0.2,
+                          rng=random.Random(int(rng.integers(1 << 31))))
     sink = StreamSink("r", codec, stall=0.6, rng=random.Random(int(rng.integers(1 << 31))))
     model = WeightFIFOModel(cfg)
     full_seen = []

@@ -179,13 +179,15 @@ async def bench_memory_commands(io, cfg, rng):
         model.write_memory(row, values)
         n = int(rng.integers(1, cfg.ub_depth + 1))
         row = int(rng.integers(0, cfg.ub_depth - n + 1))
-        _check_rows(f"{where} UB rows {row}.. read back", await _read_memory(link, cfg, False, row, n),
+        _check_rows(f"{where} UB rows {row}.. read back",
+                    await _read_memory(link, cfg, False, row, n),
                     model.read_memory(False, row, n), cfg)
     # a program on rows the host wrote, its accumulators read directly
     program = [isa.read_weights(0, 1), isa.matmul(0, 0, min(cfg.ub_depth, cfg.acc_depth)),
                isa.halt()]
     await _check_run(link, cfg, model, program, [], "a program on rows from WRITE_MEMORY")
-    _check_rows(f"{where} accumulators read back", await _read_memory(link, cfg, True, 0, cfg.acc_depth),
+    _check_rows(f"{where} accumulators read back",
+                await _read_memory(link, cfg, True, 0, cfg.acc_depth),
                 model.read_memory(True, 0, cfg.acc_depth), cfg)
 
     refusals = [(False, cfg.ub_depth - 1, 2), (True, cfg.acc_depth, 1), (False, 0, 1 << 16)]

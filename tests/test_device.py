@@ -81,11 +81,15 @@ def test_golden_cycle_counts_follow_the_work():
 
 
 @pytest.mark.parametrize("a, b, error, message", [
-    ([[1]], np.ones((1, 1), np.int8), TypeError, "a must be a NumPy array of dtype int8, not list"),
-    (np.ones((2, 2), np.float32), np.ones((2, 2), np.int8), TypeError, "a must have dtype int8, not float32"),
-    (np.ones((2, 2), np.int8), np.ones((2, 2), np.int16), TypeError, "b must have dtype int8, not int16"),
+    ([[1]], np.ones((1, 1), np.int8), TypeError,
+     "a must be a NumPy array of dtype int8, not list"),
+    (np.ones((2, 2), np.float32), np.ones((2, 2), np.int8), TypeError,
+     "a must have dtype int8, not float32"),
+    (np.ones((2, 2), np.int8), np.ones((2, 2), np.int16), TypeError,
+     "b must have dtype int8, not int16"),
     (np.ones(3, np.int8), np.ones((3, 1), np.int8), ValueError, "a must be 2-D"),
-    (np.ones((2, 3), np.int8), np.ones((4, 1), np.int8), ValueError, "a has 3 columns but b has 4 rows"),
+    (np.ones((2, 3), np.int8), np.ones((4, 1), np.int8), ValueError,
+     "a has 3 columns but b has 4 rows"),
     (np.ones((0, 3), np.int8), np.ones((3, 1), np.int8), ValueError, "a must not be empty"),
     (np.ones((1, MAX_EXACT_K + 1), np.int8), np.ones((MAX_EXACT_K + 1, 1), np.int8), ValueError,
      "could overflow int32"),

@@ -82,7 +82,8 @@ def test_the_nextpnr_log_is_read_into_the_report():
                            "critical_path": parsed["critical_path"],
                            "resources": {k: {"used": u, "total": t}
                                          for k, (u, t) in parsed["resources"].items()}}])
-    assert "| ulx3s-85f | 8x8 | 15,135 / 83,640 LUT4s; 8,888 / 83,640 flip-flops; 96 / 156 multipliers" in table
+    assert ("| ulx3s-85f | 8x8 | 15,135 / 83,640 LUT4s; 8,888 / 83,640 flip-flops; "
+            "96 / 156 multipliers") in table
     assert "| 33.6 MHz | 100 MHz | 300 s |" in table
     assert "critical path 24.8 ns from `tpu.core.sequencer.program.0.0`" in table
 

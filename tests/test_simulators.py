@@ -29,7 +29,8 @@ def test_core_on_simulator(simulator, cfg):
     """Random, invalid and hand-written programs against the ISA-level golden model."""
     require_simulator(simulator)
     built = backend.build("core", cfg, simulator)
-    assert backend.run(built, seed=seed()) == len(importlib.import_module("tpuer.tb.core_tb").BENCHES)
+    benches = importlib.import_module("tpuer.tb.core_tb").BENCHES
+    assert backend.run(built, seed=seed()) == len(benches)
 
 
 @pytest.mark.parametrize("cfg", [CORE_CONFIGS[1], CORE_CONFIGS[3]], ids=lambda c: c.name)
@@ -38,7 +39,8 @@ def test_tpu_through_its_host_command_set(simulator, cfg):
     """Programs and data over the word streams, against the golden model; bad commands."""
     require_simulator(simulator)
     built = backend.build("tpu", cfg, simulator)
-    assert backend.run(built, seed=seed()) == len(importlib.import_module("tpuer.tb.tpu_tb").BENCHES)
+    benches = importlib.import_module("tpuer.tb.tpu_tb").BENCHES
+    assert backend.run(built, seed=seed()) == len(benches)
 
 
 def test_a_failing_cocotb_test_fails_the_run(tmp_path):
@@ -95,4 +97,5 @@ def test_tpu_as_the_icebreaker_has_it(tmp_path):
                           platform=platform, variant="ice40",
                           extra_sources=[ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA",
                                                        "SB_RAM40_4K")])
-    assert backend.run(built, seed=seed()) == len(importlib.import_module("tpuer.tb.tpu_tb").BENCHES)
+    benches = importlib.import_module("tpuer.tb.tpu_tb").BENCHES
+    assert backend.run(built, seed=seed()) == len(benches)

@@ -311,6 +311,7 @@ def segment_outputs(plan, segment, steps, host_rows):
         if len(rows) != count * (j1 - j0):
             raise RuntimeError(f"a program sent {len(rows)} rows, expected {count * (j1 - j0)}")
         for j in range(j1 - j0):
-            out[start:start + count, j * cfg.cols:(j + 1) * cfg.cols] = rows[j * count:(j + 1) * count]
+            block = rows[j * count:(j + 1) * count]
+            out[start:start + count, j * cfg.cols:(j + 1) * cfg.cols] = block
     columns = min(last.n, j1 * cfg.cols) - j0 * cfg.cols
     return out[:, :columns]

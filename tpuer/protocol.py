@@ -125,7 +125,8 @@ class encode:
     def write_program(start, instructions):
         words = [header(Command.WRITE_PROGRAM, len(instructions)), start]
         for instruction in instructions:
-            value = instruction.encode() if isinstance(instruction, Instruction) else int(instruction)
+            value = (instruction.encode() if isinstance(instruction, Instruction)
+                     else int(instruction))
             words += [value & 0xFFFFFFFF, value >> 32]
         return words
 
@@ -178,7 +179,8 @@ def _signed32(word):
 
 def decode_replies(words):
     """Split reply words into ``("row", array)``, ``("status", Status)``,
-    ``("bad_command", opcode)`` and ``("refused", opcode)``; returns (replies, words left over from an unfinished one)."""
+    ``("bad_command", opcode)`` and ``("refused", opcode)``; returns (replies, words left
+    over from an unfinished one)."""
     replies, position = [], 0
     words = list(words)
     while position < len(words):

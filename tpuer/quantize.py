@@ -79,7 +79,9 @@ def im2col(x, kernel, stride, padding, pad_value):
     cols = np.empty((n, out_h, out_w, kh, kw, c), dtype=x.dtype)
     for i in range(kh):
         for j in range(kw):
-            cols[:, :, :, i, j] = padded[:, i:i + stride * out_h:stride, j:j + stride * out_w:stride]
+            rows_i = slice(i, i + stride * out_h, stride)
+            cols_j = slice(j, j + stride * out_w, stride)
+            cols[:, :, :, i, j] = padded[:, rows_i, cols_j]
     return cols.reshape(n * out_h * out_w, kh * kw * c)
 
 
