@@ -83,8 +83,23 @@ def shifted_right(m, value, shift, suffix=""):
 
 def clamped_output(cfg, truncated, round_up, zero_point, relu):
     """Stage 4b: the rounded value plus the zero point, clamped to the operand range (from
-    the zero point up with ReLU)."""
-    return clamped(cfg, truncated + round_up + zero_point, zero_point, relu)
+    the zero point up with ReLU).
+
+    Only the low ``operand_width + 1`` bits of ``truncated`` are added: a value beyond
+    them (below ``-2**operand_width`` or from ``2**operand_width`` up) is so far out of the
+    operand range that no zero point brings it back, so the result is the limit on its
+    side, which a flag computed beside the short adder selects. The same result as adding
+    all 32 bits, on a shorter path."""
+    width = cfg.operand_width
+    narrow = signed(width + 1)
+    if len(truncated) <= narrow.width:
+        return clamped(cfg, truncated + round_up + zero_point, zero_point, relu)
+    _, beyond = saturate(truncated, narrow)
+    total = truncated[:narrow.width].as_signed() + round_up + zero_point
+    value, _ = saturate(total, cfg.operand_shape)
+    limit = Mux(truncated[-1], -(1 << (width - 1)), (1 << (width - 1)) - 1)
+    value = Mux(beyond, limit, value).as_signed()[:width].as_signed()
+    return Mux(relu & (value < zero_point), zero_point, value)
 
 
 def clamped(cfg, value, zero_point, relu):

@@ -156,7 +156,21 @@ async def bench_edges(io, cfg, rng):
     tie_rows = np.array([np.resize(np.array([6, -6, 2, -2, 10, -10]), cfg.cols)])
     batches.append((ActivationParams(cfg, multiplier=(1 << 31) - 1, shift=2), tie_rows))
     order = rng.permutation(len(batches))[:48]
-    await check_batches(io, cfg, [batches[k] for k in order], rng=rng, check_latency=True)
+    chosen = [batches[k] for k in order]
+    # Rounded values about 2**operand_width, where the all-lanes unit stops adding the
+    # high bits and takes the limit on their side, and about the operand range's ends
+    # (multiplier ~1.0, shift 0: the rounded value is the accumulator word), against every
+    # extreme zero point.
+    edge = 1 << cfg.operand_width
+    near = np.array([edge - 1, edge, edge + 1, -edge, -edge - 1, -edge + 1,
+                     edge // 2 - 1, edge // 2, -edge // 2, -edge // 2 - 1, 3 * edge, -3 * edge])
+    near_rows = np.clip(np.array([np.roll(np.resize(near, cfg.cols), k)
+                                  for k in range(len(near))]), lo, hi)
+    for zero_point in (cfg.operand_min, cfg.operand_max, 0):
+        for relu in (False, True):
+            chosen.append((ActivationParams(cfg, multiplier=(1 << 31) - 1, shift=0,
+                                            zero_point=zero_point, relu=relu), near_rows))
+    await check_batches(io, cfg, chosen, rng=rng, check_latency=True)
 
 
 BENCHES = {"reset_values": bench_reset_values, "random": bench_random, "edges": bench_edges}
