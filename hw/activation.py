@@ -72,13 +72,23 @@ def product_sum(products):
     return (high_high << 32) + ((high_low + low_high) << 16) + low_low
 
 
-def shifted_right(m, value, shift, suffix=""):
-    """Stage 4a: ``value >> shift`` and whether rounding half away from zero adds one."""
-    mask = Signal(unsigned(32), name=f"mask{suffix}")
-    m.d.comb += mask.eq((Const(1, unsigned(33)) << shift) - 1)
-    remainder = value.as_unsigned() & mask
-    threshold = (mask >> 1) + (value < 0)
-    return value >> shift, remainder > threshold
+def rounding_masks(shift):
+    """For a right shift by ``shift`` (0 to 31): the mask of bit ``shift - 1``, the last bit
+    shifted out (0 for no shift), and the mask of the bits below it. They depend on the
+    parameter only, so the unit keeps them in registers and no decoder sits on the data's
+    path."""
+    half_bit = ((Const(1, unsigned(33)) << shift) >> 1)[:32]
+    low_mask = (((Const(1, unsigned(33)) << shift) - 1) >> 1)[:32]
+    return half_bit, low_mask
+
+
+def shifted_right(value, shift, half_bit, low_mask):
+    """Stage 4a: ``value >> shift`` and whether rounding half away from zero adds one, with
+    the masks of :func:`rounding_masks`: when the last bit shifted out is set and, for a
+    negative value, some bit below it too (the remainder is above half)."""
+    bits = value.as_unsigned()
+    round_up = (bits & half_bit).any() & (~value[-1] | (bits & low_mask).any())
+    return value >> shift, round_up
 
 
 def clamped_output(cfg, truncated, round_up, zero_point, relu):
@@ -107,13 +117,6 @@ def clamped(cfg, value, zero_point, relu):
     operand range, from the zero point up with ReLU."""
     value, _ = saturate(value, cfg.operand_shape)
     return Mux(relu & (value < zero_point), zero_point, value)
-
-
-def rounded_output(m, cfg, value, shift, zero_point, relu, suffix=""):
-    """Stage 4: rounding right shift of ``value`` by ``shift`` (half away from zero), plus
-    the zero point, clamped to the operand range (from the zero point up with ReLU)."""
-    truncated, round_up = shifted_right(m, value, shift, suffix)
-    return clamped_output(cfg, truncated, round_up, zero_point, relu)
 
 
 class ActivationUnit(wiring.Component):
@@ -146,8 +149,8 @@ class ActivationUnit(wiring.Component):
 
     Stages: the row straight from the accumulator memory into registers; bias; four
     16 x 16-bit partial products (a DSP multiplier each); their sum; the
-    high half; the right shift; rounding, zero point and clamp. Every stage is short enough
-    for 100 MHz on an ECP5.
+    high half; the right shift with the rounding decision (from masks kept in registers,
+    see :func:`rounding_masks`); rounding, zero point and clamp.
 
     Latency: :attr:`latency` (7) cycles from ``i`` to ``o`` with no back-pressure; the
     whole pipeline holds while ``o.valid & ~o.ready``.
@@ -200,6 +203,14 @@ class ActivationUnit(wiring.Component):
         high = Signal(data.ArrayLayout(signed(32), cfg.cols))
         truncated = Signal(data.ArrayLayout(signed(32), cfg.cols))
         round_up = Signal(cfg.cols)
+        # The rounding masks of each lane's shift, kept in registers (the parameters hold
+        # still while a row is inside, and a row reaches the shift four cycles after it
+        # enters, long after these have followed a change).
+        half_bits = [Signal(32, name=f"half_bit_{lane}") for lane in range(cfg.cols)]
+        low_masks = [Signal(32, name=f"low_mask_{lane}") for lane in range(cfg.cols)]
+        for lane in range(cfg.cols):
+            half_bit, low_mask = rounding_masks(p.shift[lane])
+            m.d.sync += [half_bits[lane].eq(half_bit), low_masks[lane].eq(low_mask)]
 
         with m.If(advance):
             m.d.sync += [valid[0].eq(self.i.valid), tags[0].eq(self.i.payload.tag),
@@ -207,8 +218,8 @@ class ActivationUnit(wiring.Component):
             m.d.sync += [valid[k].eq(valid[k - 1]) for k in range(1, stages)]
             m.d.sync += [tags[k].eq(tags[k - 1]) for k in range(1, stages)]
             for lane in range(cfg.cols):
-                lane_shifted, lane_round_up = shifted_right(m, high[lane], p.shift[lane],
-                                                            f"_{lane}")
+                lane_shifted, lane_round_up = shifted_right(high[lane], p.shift[lane],
+                                                            half_bits[lane], low_masks[lane])
                 m.d.sync += [
                     row[lane].eq(self.i.payload.data[lane]),
                     x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
