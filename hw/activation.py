@@ -72,44 +72,46 @@ def product_sum(products):
     return (high_high << 32) + ((high_low + low_high) << 16) + low_low
 
 
-def rounding_masks(shift):
-    """For a right shift by ``shift`` (0 to 31): the mask of bit ``shift - 1``, the last bit
-    shifted out (0 for no shift), and the mask of the bits below it. They depend on the
-    parameter only, so the unit keeps them in registers and no decoder sits on the data's
-    path."""
-    half_bit = ((Const(1, unsigned(33)) << shift) >> 1)[:32]
-    low_mask = (((Const(1, unsigned(33)) << shift) - 1) >> 1)[:32]
-    return half_bit, low_mask
+def rounding_masks(cfg, shift):
+    """For a right shift by ``shift`` (0 to 31) of a 32-bit value: the mask of bit
+    ``shift - 1``, the last bit shifted out (0 for no shift); the mask of the bits below
+    it; and the mask of the bits from ``operand_width + shift`` up, the ones that must
+    all equal the sign for the shifted value to fit ``operand_width + 1`` signed bits.
+    They depend on the parameter only, so the unit keeps them in registers and no decoder
+    sits on the data's path."""
+    one = Const(1, unsigned(34 + cfg.operand_width))
+    half_bit = ((one << shift) >> 1)[:32]
+    low_mask = (((one << shift) - 1) >> 1)[:32]
+    upper_mask = (~((one << (shift + cfg.operand_width)) - 1))[:32]
+    return half_bit, low_mask, upper_mask
 
 
-def shifted_right(value, shift, half_bit, low_mask):
-    """Stage 4a: ``value >> shift`` and whether rounding half away from zero adds one, with
-    the masks of :func:`rounding_masks`: when the last bit shifted out is set and, for a
-    negative value, some bit below it too (the remainder is above half)."""
+def shifted_right(value, shift, half_bit, low_mask, upper_mask):
+    """Stage 4a: ``value >> shift``; whether rounding half away from zero adds one (the
+    last bit shifted out is set and, for a negative value, some bit below it too: the
+    remainder is above half); and whether the shifted value lies beyond
+    ``operand_width + 1`` signed bits, with the masks of :func:`rounding_masks`."""
     bits = value.as_unsigned()
     round_up = (bits & half_bit).any() & (~value[-1] | (bits & low_mask).any())
-    return value >> shift, round_up
+    beyond = ((bits ^ value[-1].replicate(len(bits))) & upper_mask).any()
+    return value >> shift, round_up, beyond
 
 
-def clamped_output(cfg, truncated, round_up, zero_point, relu):
-    """Stage 4b: the rounded value plus the zero point, clamped to the operand range (from
-    the zero point up with ReLU).
+def clamped_output(cfg, truncated, round_up, beyond, zero_point, relu):
+    """Stage 4b: the rounded value (``truncated + round_up``) plus the zero point, clamped
+    to the operand range (from the zero point up with ReLU).
 
-    Only the low ``operand_width + 1`` bits of ``truncated`` are added: a value beyond
-    them (below ``-2**operand_width`` or from ``2**operand_width`` up) is so far out of the
-    operand range that no zero point brings it back, so the result is the limit on its
-    side, which a flag computed beside the short adder selects. The same result as adding
-    all 32 bits, on a shorter path."""
-    width = cfg.operand_width
-    narrow = signed(width + 1)
-    if len(truncated) <= narrow.width:
-        return clamped(cfg, truncated + round_up + zero_point, zero_point, relu)
-    _, beyond = saturate(truncated, narrow)
-    total = truncated[:narrow.width].as_signed() + round_up + zero_point
-    value, _ = saturate(total, cfg.operand_shape)
-    limit = Mux(truncated[-1], -(1 << (width - 1)), (1 << (width - 1)) - 1)
-    value = Mux(beyond, limit, value).as_signed()[:width].as_signed()
-    return Mux(relu & (value < zero_point), zero_point, value)
+    Only the low ``operand_width + 1`` bits of ``truncated`` are added: a value
+    ``beyond`` them (below ``-2**operand_width`` or from ``2**operand_width`` up) is so far
+    out of the operand range that no zero point brings it back, and the result is the
+    limit on its side. ReLU needs only the sign of ``truncated``, not the sum: a negative
+    value rounds to at most 0, whose result is the zero point either way. The same result
+    as adding all 32 bits, on a short path."""
+    low = truncated[:cfg.operand_width + 1].as_signed()
+    value, _ = saturate(low + round_up + zero_point, cfg.operand_shape)
+    negative = truncated[-1]
+    limit = Mux(negative, cfg.operand_min, cfg.operand_max)
+    return Mux(relu & negative, zero_point, Mux(beyond, limit, value))
 
 
 def clamped(cfg, value, zero_point, relu):
@@ -206,11 +208,13 @@ class ActivationUnit(wiring.Component):
         # The rounding masks of each lane's shift, kept in registers (the parameters hold
         # still while a row is inside, and a row reaches the shift four cycles after it
         # enters, long after these have followed a change).
-        half_bits = [Signal(32, name=f"half_bit_{lane}") for lane in range(cfg.cols)]
-        low_masks = [Signal(32, name=f"low_mask_{lane}") for lane in range(cfg.cols)]
+        masks = [[Signal(32, name=f"{kind}_{lane}") for kind in ("half_bit", "low_mask",
+                                                                  "upper_mask")]
+                 for lane in range(cfg.cols)]
+        beyond = Signal(cfg.cols)
         for lane in range(cfg.cols):
-            half_bit, low_mask = rounding_masks(p.shift[lane])
-            m.d.sync += [half_bits[lane].eq(half_bit), low_masks[lane].eq(low_mask)]
+            m.d.sync += [register.eq(mask) for register, mask in
+                         zip(masks[lane], rounding_masks(cfg, p.shift[lane]))]
 
         with m.If(advance):
             m.d.sync += [valid[0].eq(self.i.valid), tags[0].eq(self.i.payload.tag),
@@ -218,8 +222,8 @@ class ActivationUnit(wiring.Component):
             m.d.sync += [valid[k].eq(valid[k - 1]) for k in range(1, stages)]
             m.d.sync += [tags[k].eq(tags[k - 1]) for k in range(1, stages)]
             for lane in range(cfg.cols):
-                lane_shifted, lane_round_up = shifted_right(high[lane], p.shift[lane],
-                                                            half_bits[lane], low_masks[lane])
+                lane_shifted, lane_round_up, lane_beyond = shifted_right(
+                    high[lane], p.shift[lane], *masks[lane])
                 m.d.sync += [
                     row[lane].eq(self.i.payload.data[lane]),
                     x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
@@ -229,9 +233,10 @@ class ActivationUnit(wiring.Component):
                     high[lane].eq(high_half(m, cfg, prod[lane], f"_{lane}")),
                     truncated[lane].eq(lane_shifted),
                     round_up[lane].eq(lane_round_up),
+                    beyond[lane].eq(lane_beyond),
                     self.o.payload.data[lane].eq(
-                        clamped_output(cfg, truncated[lane], round_up[lane], p.zero_point,
-                                       p.relu)),
+                        clamped_output(cfg, truncated[lane], round_up[lane], beyond[lane],
+                                       p.zero_point, p.relu)),
                 ]
 
         m.d.comb += self.busy.eq(Cat(*valid, self.o.valid).any())

@@ -170,6 +170,19 @@ async def bench_edges(io, cfg, rng):
         for relu in (False, True):
             chosen.append((ActivationParams(cfg, multiplier=(1 << 31) - 1, shift=0,
                                             zero_point=zero_point, relu=relu), near_rows))
+    # The same about a shift (where the unit's masks move): each value scaled up by the
+    # shift, plus offsets about half a step that round it up, down or away from zero;
+    # -1 rounded up to 0 among them.
+    for shift in (1, 3, 6):
+        half = 1 << (shift - 1)
+        offsets = np.array([0, half - 1, half, half + 1, -half - 1, -half, -half + 1])
+        scaled = [value * (1 << shift) + offset for value in list(near) + [-1, 0, 1]
+                  for offset in offsets]
+        rows = np.clip(np.resize(np.array(scaled), (-(-len(scaled) // cfg.cols), cfg.cols)),
+                       lo, hi)
+        for zero_point, relu in ((cfg.operand_min, True), (cfg.operand_max, False), (0, True)):
+            chosen.append((ActivationParams(cfg, multiplier=(1 << 31) - 1, shift=shift,
+                                            zero_point=zero_point, relu=relu), rows))
     await check_batches(io, cfg, chosen, rng=rng, check_latency=True)
 
 
