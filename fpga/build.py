@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .boards import DEVICE_MULTIPLIERS, board as find_board
-from .top import BoardTop
+from .top import BoardTop, board_pll
 
 __all__ = ["BuildError", "build_board", "multipliers_needed", "parse_nextpnr_log",
            "program_board", "report_table", "tool_options"]
@@ -132,25 +132,38 @@ def tool_options(family, seed=None):
 
 
 def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
-                build_dir=None, program=False, say=print):
+                clock_mhz=None, build_dir=None, program=False, say=print):
     """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols``, the
-    activation unit's ``activation_steps`` and nextpnr's placement ``seed`` changed if
-    given), write ``report.json`` and
+    activation unit's ``activation_steps``, nextpnr's placement ``seed`` and the clock
+    target ``clock_mhz`` changed if given), write ``report.json`` and
     ``report.md`` beside it, and return the report. Raises :class:`BuildError` when a tool
     fails or the clock target is missed, ``ConfigError`` for a bad configuration."""
     board = find_board(name)
+    if clock_mhz is not None:
+        if isinstance(clock_mhz, bool) or not isinstance(clock_mhz, (int, float)) or \
+                not clock_mhz > 0:
+            raise BuildError(f"the clock target must be a positive number of MHz, not "
+                             f"{clock_mhz!r}")
+        board = replace(board, clock_mhz=float(clock_mhz))
+        error = (abs(board.clock_mhz * 1e6 / board.divisor - board.baud) / board.baud
+                 if board.divisor >= 1 else 1.0)
+        if error > 0.02:
+            raise BuildError(f"at {board.clock_mhz:g} MHz the UART's bit time is "
+                             f"{error:.1%} off {board.baud} baud (2% at most); choose a "
+                             f"faster clock")
     cfg = board.config
     if rows is not None or cols is not None:
         cfg = replace(cfg, rows=rows or cfg.rows, cols=cols or cfg.cols)
     if activation_steps is not None:
         cfg = replace(cfg, activation_steps=activation_steps)
     build_dir = Path(build_dir or Path("build") / "fpga" / f"{name}-{cfg.rows}x{cfg.cols}")
-    build_dir.mkdir(parents=True, exist_ok=True)
     seed = board.seed if seed is None else seed
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 1):
         raise BuildError(f"the placement seed must be a positive integer, not {seed!r}")
     env = _tool_environment()
     platform = board.make_platform()
+    board_pll(board, platform)      # no PLL setting for the clock: refused before the tools
+    build_dir.mkdir(parents=True, exist_ok=True)
     say(f"building {board.description}: the TPU {cfg.name} behind a UART at "
         f"{board.baud} baud, clock target {board.clock_mhz:g} MHz, placement seed "
         f"{'nextpnr default' if seed is None else seed}, in {build_dir}")

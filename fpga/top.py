@@ -8,7 +8,14 @@ from amaranth.lib import io
 from ..hw.serial_tpu import SerialTPU
 from .pll import add_pll_domain, ecp5_pll, ice40_pll
 
-__all__ = ["BoardTop"]
+__all__ = ["BoardTop", "board_pll"]
+
+
+def board_pll(board, platform):
+    """The PLL setting that makes ``board.clock_mhz`` from the oscillator of ``platform``;
+    :class:`~tpuer.fpga.pll.PLLError` when none does."""
+    oscillator = platform.lookup(platform.default_clk).clock.frequency / 1e6
+    return (ice40_pll if board.family == "ice40" else ecp5_pll)(oscillator, board.clock_mhz)
 
 
 class BoardTop(Elaboratable):
@@ -23,14 +30,11 @@ class BoardTop(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         board = self.board
-        oscillator = platform.lookup(platform.default_clk).clock.frequency / 1e6
+        setting = board_pll(board, platform)
+        pin = platform.request(platform.default_clk, dir="-")
         if board.family == "ice40":
-            setting = ice40_pll(oscillator, board.clock_mhz)
-            pin = platform.request(platform.default_clk, dir="-")
             add_pll_domain(m, setting, pin.io)
         else:
-            setting = ecp5_pll(oscillator, board.clock_mhz)
-            pin = platform.request(platform.default_clk, dir="-")
             m.submodules.clock_in = clock_in = io.Buffer("i", pin)
             add_pll_domain(m, setting, clock_in.i)
         # No constraint on the PLL's output: nextpnr derives it from the oscillator's (the

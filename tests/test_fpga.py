@@ -126,6 +126,12 @@ def test_build_command_lists_boards_and_refuses_unknown_ones():
     assert steps.returncode == 1 and "activation_steps must be 0" in steps.stderr
     seed = run("build", "--board", "icebreaker", "--seed", "0")
     assert seed.returncode == 1 and "seed must be a positive integer, not 0" in seed.stderr
+    clock = run("build", "--board", "icebreaker", "--clock-mhz", "0")
+    assert clock.returncode == 1 and "clock target must be a positive number" in clock.stderr
+    slow = run("build", "--board", "ulx3s-12f", "--clock-mhz", "0.01")
+    assert slow.returncode == 1 and "off 115200 baud" in slow.stderr
+    unreachable = run("build", "--board", "ulx3s-12f", "--clock-mhz", "2000")
+    assert unreachable.returncode == 1 and "no ECP5 PLL setting makes 2000" in unreachable.stderr
     flash = run("flash", "--board", "icebreaker", "--build-dir", "/nonexistent")
     assert flash.returncode == 1
     assert "iceprog" in flash.stderr
