@@ -39,13 +39,19 @@ class SerialLink(wiring.Component):
     ----------
     byte_timeout : int
         Clock cycles without a byte after which a frame is cut short (a NAK is sent).
+    registered_crc : bool
+        The CRC takes each byte sent from a register, the cycle after the transmitter took
+        it, so the reply words' block RAM and the byte multiplexer are not on the CRC's
+        path (9 more flip-flops). The transmitter is busy in that cycle, so the CRC is
+        complete before its bytes go out.
     """
 
-    def __init__(self, *, byte_timeout):
+    def __init__(self, *, byte_timeout, registered_crc=False):
         if not isinstance(byte_timeout, int) or byte_timeout < 1:
             raise ValueError(f"byte_timeout must be a positive number of cycles, not "
                              f"{byte_timeout!r}")
         self._byte_timeout = byte_timeout
+        self._registered_crc = registered_crc
         super().__init__({
             "rx_bytes": In(stream.Signature(RX_BYTE_LAYOUT, always_ready=True)),
             "tx_bytes": Out(stream.Signature(8)),
@@ -119,10 +125,18 @@ class SerialLink(wiring.Component):
         sent = Signal(range(MAX_REPLY_WORDS + 1))
         tx_lane = Signal(3)
         tx_taken = self.tx_bytes.valid & self.tx_bytes.ready
+        if self._registered_crc:
+            sent_byte = Signal(8)
+            sent_byte_valid = Signal()
+            m.d.sync += sent_byte_valid.eq(0)
+            with m.If(sent_byte_valid):
+                m.d.comb += [frame_crc.data.eq(sent_byte), frame_crc.valid.eq(1)]
 
         def send(value, *, crc_it=True):
             m.d.comb += [self.tx_bytes.valid.eq(1), self.tx_bytes.payload.eq(value)]
-            if crc_it:
+            if crc_it and self._registered_crc:
+                m.d.sync += [sent_byte.eq(value), sent_byte_valid.eq(tx_taken)]
+            elif crc_it:
                 m.d.comb += [frame_crc.data.eq(value), frame_crc.valid.eq(tx_taken)]
 
         def reply(kind):

@@ -34,7 +34,8 @@ class SerialTPU(wiring.Component):
         m.submodules.receiver = receiver = UARTReceiver(self._divisor)
         m.submodules.transmitter = transmitter = UARTTransmitter(self._divisor)
         m.submodules.link = link = SerialLink(
-            byte_timeout=SerialLink.byte_timeout_for(self._divisor))
+            byte_timeout=SerialLink.byte_timeout_for(self._divisor),
+            registered_crc=not is_ice40(platform))
         m.submodules.tpu = tpu = TPU(self._cfg)
         wiring.connect(m, receiver.bytes, link.rx_bytes)
         wiring.connect(m, link.tx_bytes, transmitter.bytes)
