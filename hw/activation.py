@@ -206,8 +206,8 @@ class ActivationUnit(wiring.Component):
         truncated = Signal(data.ArrayLayout(signed(32), cfg.cols))
         round_up = Signal(cfg.cols)
         # The rounding masks of each lane's shift, kept in registers (the parameters hold
-        # still while a row is inside, and a row reaches the shift four cycles after it
-        # enters, long after these have followed a change).
+        # still while a row is inside, and a row reaches the shift stage five cycles after
+        # it enters, long after these have followed a change).
         masks = [[Signal(32, name=f"{kind}_{lane}") for kind in ("half_bit", "low_mask",
                                                                   "upper_mask")]
                  for lane in range(cfg.cols)]
