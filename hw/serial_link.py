@@ -42,8 +42,9 @@ class SerialLink(wiring.Component):
     registered_crc : bool
         The CRC takes each byte sent from a register, the cycle after the transmitter took
         it, so the reply words' block RAM and the byte multiplexer are not on the CRC's
-        path (9 more flip-flops). The transmitter is busy in that cycle, so the CRC is
-        complete before its bytes go out.
+        path (9 more flip-flops). This needs a ``tx_bytes`` sink that is not ready in the
+        cycle after it takes a byte, as a UART transmitter is (busy sending it): then the
+        CRC is complete before its own bytes go out.
     """
 
     def __init__(self, *, byte_timeout, registered_crc=False):
