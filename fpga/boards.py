@@ -53,6 +53,14 @@ class Board:
         """Clock cycles per bit of the board's UART."""
         return round(self.clock_mhz * 1e6 / self.baud)
 
+    @property
+    def baud_error(self):
+        """How far the UART's bit time (``divisor`` cycles) is off the baud rate, as a
+        fraction (1.0 when the clock is too slow for a single cycle per bit)."""
+        if self.divisor < 1:
+            return 1.0
+        return abs(self.clock_mhz * 1e6 / self.divisor - self.baud) / self.baud
+
 
 _ICE40_HINT = ("iceprog is in Debian's fpga-icestorm package: sudo apt-get install "
                "fpga-icestorm")

@@ -145,12 +145,10 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
             raise BuildError(f"the clock target must be a positive number of MHz, not "
                              f"{clock_mhz!r}")
         board = replace(board, clock_mhz=float(clock_mhz))
-        error = (abs(board.clock_mhz * 1e6 / board.divisor - board.baud) / board.baud
-                 if board.divisor >= 1 else 1.0)
-        if error > 0.02:
+        if board.baud_error > 0.02:
             raise BuildError(f"at {board.clock_mhz:g} MHz the UART's bit time is "
-                             f"{error:.1%} off {board.baud} baud (2% at most); choose a "
-                             f"faster clock")
+                             f"{board.baud_error:.1%} off {board.baud} baud (2% at most); "
+                             f"choose a faster clock")
     cfg = board.config
     if rows is not None or cols is not None:
         cfg = replace(cfg, rows=rows or cfg.rows, cols=cols or cfg.cols)

@@ -41,6 +41,7 @@ def test_boards_are_listed_with_what_they_need():
     for b in BOARDS.values():
         assert b.divisor >= 4, b.name
         assert abs(b.clock_mhz * 1e6 / b.divisor - b.baud) / b.baud < 0.02   # UART error
+        assert b.baud_error == abs(b.clock_mhz * 1e6 / b.divisor - b.baud) / b.baud
     with pytest.raises(ValueError, match="unknown board 'ulx4s'; the boards are: icebreaker"):
         board("ulx4s")
 
