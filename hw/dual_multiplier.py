@@ -33,13 +33,21 @@ class DualMultiplier(wiring.Component):
     weight-stationary cells that switch weights in the same cycle so keep their active
     weights in the DSP instead of in logic cells.
 
+    The products of the halves named in ``delayed`` (``"high"``, ``"low"``) pass through one
+    more register (on an iCE40 UltraPlus that half's accumulator register, which adds 0 to
+    the product): a systolic cell of the top row, whose partial sum is its product a cycle
+    later, so keeps that sum in the DSP instead of in logic cells.
+
     Operands narrower than 8 bits are sign-extended. Latency: 1 cycle from ``a`` (and from
-    ``b`` without ``registered_b``) to the products.
+    ``b`` without ``registered_b``) to the products; 2 to a delayed one.
     """
 
-    def __init__(self, operand_shape, *, registered_b=False):
+    def __init__(self, operand_shape, *, registered_b=False, delayed=()):
         self._operand_shape = Shape.cast(operand_shape)
         self._registered_b = registered_b
+        if not set(delayed) <= {"high", "low"}:
+            raise ValueError(f"delayed names halves, 'high' or 'low', not {delayed!r}")
+        self._delayed = set(delayed)
         if self._operand_shape.width > 8 or not self._operand_shape.signed:
             raise ValueError(f"a DualMultiplier takes signed operands of at most 8 bits, "
                              f"not {self._operand_shape}")
@@ -60,8 +68,13 @@ class DualMultiplier(wiring.Component):
                 high_b, low_b = Signal.like(self.high_b), Signal.like(self.low_b)
                 with m.If(self.load_b):
                     m.d.sync += [high_b.eq(self.high_b), low_b.eq(self.low_b)]
-            m.d.sync += [self.high.eq(self.high_a * high_b),
-                         self.low.eq(self.low_a * low_b)]
+            for half, a, b in (("high", self.high_a, high_b), ("low", self.low_a, low_b)):
+                product = getattr(self, half)
+                if half in self._delayed:
+                    product_register = Signal.like(product, name=f"{half}_product")
+                    m.d.sync += product.eq(product_register)
+                    product = product_register
+                m.d.sync += product.eq(a * b)
             return m
 
         operands = {}
@@ -69,18 +82,27 @@ class DualMultiplier(wiring.Component):
             operands[name] = Signal(signed(8), name=f"{name}_8")   # sign-extended
             m.d.comb += operands[name].eq(getattr(self, name))
         products = Signal(32)
+        # Each half's output: its 8 x 8 product register (select 2), or its accumulator
+        # register (select 1) that takes the sum of that product (lower input 1) and of C
+        # or D (upper input 1), both 0.
+        outputs = {}
+        for half, name in (("high", "TOP"), ("low", "BOT")):
+            delayed = half in self._delayed
+            outputs.update({f"p_{name}OUTPUT_SELECT": 1 if delayed else 2,
+                            f"p_{name}ADDSUB_LOWERINPUT": int(delayed),
+                            f"p_{name}ADDSUB_UPPERINPUT": int(delayed),
+                            f"i_ORST{name}": ResetSignal() if delayed else 0})
         m.submodules.dsp = Instance(
             "SB_MAC16",
             p_MODE_8x8=1, p_A_SIGNED=1, p_B_SIGNED=1, p_B_REG=int(registered),
             p_TOP_8x8_MULT_REG=1, p_BOT_8x8_MULT_REG=1,
-            p_TOPOUTPUT_SELECT=2, p_BOTOUTPUT_SELECT=2,
+            **outputs,
             i_CLK=ClockSignal(), i_CE=1,
             i_A=Cat(operands["low_a"], operands["high_a"]),
             i_B=Cat(operands["low_b"], operands["high_b"]),
             i_C=0, i_D=0,
             i_AHOLD=0, i_BHOLD=~self.load_b if registered else 0, i_CHOLD=0, i_DHOLD=0,
             i_IRSTTOP=ResetSignal(), i_IRSTBOT=ResetSignal(),
-            i_ORSTTOP=0, i_ORSTBOT=0,
             i_OLOADTOP=0, i_OLOADBOT=0, i_ADDSUBTOP=0, i_ADDSUBBOT=0,
             i_OHOLDTOP=0, i_OHOLDBOT=0, i_CI=0, i_ACCUMCI=0, i_SIGNEXTIN=0,
             o_O=products)

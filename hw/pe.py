@@ -34,6 +34,11 @@ class ProcessingElement(wiring.Component):
         The product comes from outside (``product``: ``factor_act * factor_weight`` of the
         cycle before, registered there), so that two cells can share one DSP block
         (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`).
+    sum_outside : bool
+        With ``shared_multiplier``, for a cell of the top row (``psum_in`` is 0): the
+        product comes a cycle later (``product`` is ``factor_act * factor_weight`` of two
+        cycles before, held in the DSP's second register), and is ``psum_out`` itself: the
+        cell has no adder and no partial-sum register.
     active_outside : bool
         With ``shared_multiplier``: the multiplier holds the active weight itself (the
         DSP's B register, loaded while ``switch_in`` is high), so ``factor_weight`` is the
@@ -44,9 +49,11 @@ class ProcessingElement(wiring.Component):
     """
 
     def __init__(self, *, operand_shape, acc_shape, shared_multiplier=False,
-                 active_outside=False):
-        if active_outside and not shared_multiplier:
-            raise ValueError("active_outside needs shared_multiplier")
+                 active_outside=False, sum_outside=False):
+        for name, flag in (("active_outside", active_outside), ("sum_outside", sum_outside)):
+            if flag and not shared_multiplier:
+                raise ValueError(f"{name} needs shared_multiplier")
+        self._sum_outside = sum_outside
         self._active_outside = active_outside
         self._operand_shape = Shape.cast(operand_shape)
         self._acc_shape = Shape.cast(acc_shape)
@@ -83,8 +90,11 @@ class ProcessingElement(wiring.Component):
         m.d.sync += [
             self.act_out.eq(self.act_in),
             self.switch_out.eq(self.switch_in),
-            self.psum_out.eq(self.psum_in + product),
         ]
+        if self._sum_outside:
+            m.d.comb += self.psum_out.eq(product)
+        else:
+            m.d.sync += self.psum_out.eq(self.psum_in + product)
         if not self._active_outside:
             with m.If(self.switch_in):
                 m.d.sync += active.eq(shadow)

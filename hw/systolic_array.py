@@ -29,7 +29,8 @@ class SystolicArray(wiring.Component):
     bits below row ``i``). On an iCE40 UltraPlus, two cells share each SB_MAC16 DSP
     (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`), so a 4 x 4 array needs its 8 DSPs;
     two cells of one anti-diagonal, which switch weights in the same cycle, keep their
-    active weights in the DSP's B register.
+    active weights in the DSP's B register, and a top-row cell keeps its partial sum (its
+    product, a cycle later) in the DSP's accumulator register.
 
     Latency: an activation entering lane ``i`` in cycle ``t`` is multiplied in column ``j``
     in cycle ``t + j`` and its product summed in the cycle after; the sum of a vector whose
@@ -90,7 +91,8 @@ class SystolicArray(wiring.Component):
         pes = [[ProcessingElement(operand_shape=cfg.operand_shape,
                                   acc_shape=signed(product_width + ceil_log2(i + 1)),
                                   shared_multiplier=shared,
-                                  active_outside=(i, j) in outside)
+                                  active_outside=(i, j) in outside,
+                                  sum_outside=shared and i == 0)
                 for j in range(cfg.cols)] for i in range(cfg.rows)]
         for i, row in enumerate(pes):
             for j, pe in enumerate(row):
@@ -99,8 +101,10 @@ class SystolicArray(wiring.Component):
         # the same cycle (on one anti-diagonal) keep their active weights in its B register.
         for k, (pair, registered) in enumerate([(p, True) for p in pairs] +
                                               [(p, False) for p in single]):
-            m.submodules[f"dsp_{k}"] = dsp = DualMultiplier(cfg.operand_shape,
-                                                            registered_b=registered)
+            # A top-row cell's partial sum is its product a cycle later: the DSP keeps it.
+            m.submodules[f"dsp_{k}"] = dsp = DualMultiplier(
+                cfg.operand_shape, registered_b=registered,
+                delayed=[half for (i, _), half in zip(pair, ("high", "low")) if i == 0])
             for (i, j), half in zip(pair, ("high", "low")):
                 pe = pes[i][j]
                 m.d.comb += [getattr(dsp, f"{half}_a").eq(pe.factor_act),

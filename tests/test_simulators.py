@@ -56,7 +56,8 @@ def test_a_failing_cocotb_test_fails_the_run(tmp_path):
         backend.check_results(results, tmp_path / "log")
 
 
-@pytest.mark.parametrize("cfg", [Config(rows=4, cols=4), Config(rows=3, cols=2)],
+@pytest.mark.parametrize("cfg", [Config(rows=4, cols=4), Config(rows=3, cols=2),
+                                 Config(rows=1, cols=3)],
                          ids=lambda c: c.name)
 def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
     """The matrix unit as the iCEBreaker's bitstream has it, two products in each SB_MAC16
