@@ -33,29 +33,36 @@ class DualMultiplier(wiring.Component):
     weight-stationary cells that switch weights in the same cycle so keep their active
     weights in the DSP instead of in logic cells.
 
-    The products of the halves named in ``delayed`` (``"high"``, ``"low"``) pass through one
-    more register (on an iCE40 UltraPlus that half's accumulator register, which adds 0 to
-    the product): a systolic cell of the top row, whose partial sum is its product a cycle
-    later, so keeps that sum in the DSP instead of in logic cells.
+    The halves named in ``summed`` (``"high"``, ``"low"``) add their product to an addend
+    (``high_addend``, ``low_addend``: 16 bits, C and D on an iCE40 UltraPlus) in that half's
+    accumulator register and give that sum, modulo ``2**16``, a cycle after the product
+    would come: ``high = high_addend + high_a * high_b`` with the product of the cycle
+    before. A systolic cell's partial sum so stays in the DSP instead of in logic cells.
 
     Operands narrower than 8 bits are sign-extended. Latency: 1 cycle from ``a`` (and from
-    ``b`` without ``registered_b``) to the products; 2 to a delayed one.
+    ``b`` without ``registered_b``) to the products; 2 to a summed half, 1 from its addend.
     """
 
-    def __init__(self, operand_shape, *, registered_b=False, delayed=()):
+    def __init__(self, operand_shape, *, registered_b=False, summed=()):
         self._operand_shape = Shape.cast(operand_shape)
         self._registered_b = registered_b
-        if not set(delayed) <= {"high", "low"}:
-            raise ValueError(f"delayed names halves, 'high' or 'low', not {delayed!r}")
-        self._delayed = set(delayed)
+        if not set(summed) <= {"high", "low"}:
+            raise ValueError(f"summed names halves, 'high' or 'low', not {summed!r}")
+        self._summed = set(summed)
         if self._operand_shape.width > 8 or not self._operand_shape.signed:
             raise ValueError(f"a DualMultiplier takes signed operands of at most 8 bits, "
                              f"not {self._operand_shape}")
         product = signed(2 * self._operand_shape.width)
+        halves = {}
+        for half in ("high", "low"):
+            if half in self._summed:
+                halves.update({half: Out(signed(16)), f"{half}_addend": In(signed(16))})
+            else:
+                halves[half] = Out(product)
         super().__init__({
             "high_a": In(self._operand_shape), "high_b": In(self._operand_shape),
             "low_a": In(self._operand_shape), "low_b": In(self._operand_shape),
-            "high": Out(product), "low": Out(product),
+            **halves,
             **({"load_b": In(1)} if registered_b else {}),
         })
 
@@ -69,11 +76,13 @@ class DualMultiplier(wiring.Component):
                 with m.If(self.load_b):
                     m.d.sync += [high_b.eq(self.high_b), low_b.eq(self.low_b)]
             for half, a, b in (("high", self.high_a, high_b), ("low", self.low_a, low_b)):
-                product = getattr(self, half)
-                if half in self._delayed:
-                    product_register = Signal.like(product, name=f"{half}_product")
-                    m.d.sync += product.eq(product_register)
-                    product = product_register
+                if half in self._summed:
+                    product = Signal(signed(2 * self._operand_shape.width),
+                                     name=f"{half}_product")
+                    m.d.sync += getattr(self, half).eq(product +
+                                                       getattr(self, f"{half}_addend"))
+                else:
+                    product = getattr(self, half)
                 m.d.sync += product.eq(a * b)
             return m
 
@@ -84,14 +93,15 @@ class DualMultiplier(wiring.Component):
         products = Signal(32)
         # Each half's output: its 8 x 8 product register (select 2), or its accumulator
         # register (select 1) that takes the sum of that product (lower input 1) and of C
-        # or D (upper input 1), both 0.
+        # or D (upper input 1), the addend.
         outputs = {}
-        for half, name in (("high", "TOP"), ("low", "BOT")):
-            delayed = half in self._delayed
-            outputs.update({f"p_{name}OUTPUT_SELECT": 1 if delayed else 2,
-                            f"p_{name}ADDSUB_LOWERINPUT": int(delayed),
-                            f"p_{name}ADDSUB_UPPERINPUT": int(delayed),
-                            f"i_ORST{name}": ResetSignal() if delayed else 0})
+        for half, name, addend in (("high", "TOP", "C"), ("low", "BOT", "D")):
+            summed = half in self._summed
+            outputs.update({f"p_{name}OUTPUT_SELECT": 1 if summed else 2,
+                            f"p_{name}ADDSUB_LOWERINPUT": int(summed),
+                            f"p_{name}ADDSUB_UPPERINPUT": int(summed),
+                            f"i_ORST{name}": ResetSignal() if summed else 0,
+                            f"i_{addend}": getattr(self, f"{half}_addend") if summed else 0})
         m.submodules.dsp = Instance(
             "SB_MAC16",
             p_MODE_8x8=1, p_A_SIGNED=1, p_B_SIGNED=1, p_B_REG=int(registered),
@@ -100,7 +110,6 @@ class DualMultiplier(wiring.Component):
             i_CLK=ClockSignal(), i_CE=1,
             i_A=Cat(operands["low_a"], operands["high_a"]),
             i_B=Cat(operands["low_b"], operands["high_b"]),
-            i_C=0, i_D=0,
             i_AHOLD=0, i_BHOLD=~self.load_b if registered else 0, i_CHOLD=0, i_DHOLD=0,
             i_IRSTTOP=ResetSignal(), i_IRSTBOT=ResetSignal(),
             i_OLOADTOP=0, i_OLOADBOT=0, i_ADDSUBTOP=0, i_ADDSUBBOT=0,

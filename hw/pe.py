@@ -1,6 +1,6 @@
 """Weight-stationary processing element with a double-buffered weight."""
 
-from amaranth.hdl import Module, Shape, Signal, signed
+from amaranth.hdl import Cat, Module, Shape, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -35,10 +35,11 @@ class ProcessingElement(wiring.Component):
         cycle before, registered there), so that two cells can share one DSP block
         (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`).
     sum_outside : bool
-        With ``shared_multiplier``, for a cell of the top row (``psum_in`` is 0): the
-        product comes a cycle later (``product`` is ``factor_act * factor_weight`` of two
-        cycles before, held in the DSP's second register), and is ``psum_out`` itself: the
-        cell has no adder and no partial-sum register.
+        With ``shared_multiplier``, for a cell of the top two rows: the multiplier adds the
+        product to ``psum_in`` itself (``addend``; ``product`` is then that sum, modulo
+        ``2**16``, a cycle after the product), and ``psum_out`` is that sum: the cell has no
+        adder and no partial-sum register. Two 8-bit products sum to at most ``2**15``, so
+        the one sum that wraps, to ``-2**15``, is the one that no sum reaches.
     active_outside : bool
         With ``shared_multiplier``: the multiplier holds the active weight itself (the
         DSP's B register, loaded while ``switch_in`` is high), so ``factor_weight`` is the
@@ -59,10 +60,14 @@ class ProcessingElement(wiring.Component):
         self._acc_shape = Shape.cast(acc_shape)
         self._shared_multiplier = shared_multiplier
         product = {}
+        if sum_outside and self._acc_shape.width > 17:
+            raise ValueError(f"sum_outside holds sums of at most 17 bits, not {self._acc_shape}")
         if shared_multiplier:
             product = {"factor_act": Out(self._operand_shape),
                        "factor_weight": Out(self._operand_shape),
                        "product": In(signed(2 * self._operand_shape.width))}
+            if sum_outside:
+                product.update({"addend": Out(signed(16)), "product": In(signed(16))})
         super().__init__({
             **product,
             "act_in": In(self._operand_shape),
@@ -92,7 +97,11 @@ class ProcessingElement(wiring.Component):
             self.switch_out.eq(self.switch_in),
         ]
         if self._sum_outside:
-            m.d.comb += self.psum_out.eq(product)
+            m.d.comb += self.addend.eq(self.psum_in)
+            if len(self.psum_out) <= 16:
+                m.d.comb += self.psum_out.eq(product)
+            else:                       # 17 bits: 0x8000 stands for +2**15
+                m.d.comb += self.psum_out.eq(Cat(product, product[15] & product[:15].any()))
         else:
             m.d.sync += self.psum_out.eq(self.psum_in + product)
         if not self._active_outside:

@@ -29,8 +29,8 @@ class SystolicArray(wiring.Component):
     bits below row ``i``). On an iCE40 UltraPlus, two cells share each SB_MAC16 DSP
     (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`), so a 4 x 4 array needs its 8 DSPs;
     two cells of one anti-diagonal, which switch weights in the same cycle, keep their
-    active weights in the DSP's B register, and a top-row cell keeps its partial sum (its
-    product, a cycle later) in the DSP's accumulator register.
+    active weights in the DSP's B register, and the cells of the top two rows keep their
+    partial sums in the DSP's accumulator registers.
 
     Latency: an activation entering lane ``i`` in cycle ``t`` is multiplied in column ``j``
     in cycle ``t + j`` and its product summed in the cycle after; the sum of a vector whose
@@ -88,11 +88,15 @@ class SystolicArray(wiring.Component):
         shared = uses_sb_mac16(platform, cfg.operand_shape)
         pairs, single = self._dsp_pairs() if shared else ([], [])
         outside = {cell for pair in pairs for cell in pair}
+        # The DSP's 16-bit adders hold the partial sums of the top two rows (17 bits at most:
+        # see ProcessingElement).
+        summed = {(i, j) for i in range(min(cfg.rows, 2)) for j in range(cfg.cols)
+                  if shared}
         pes = [[ProcessingElement(operand_shape=cfg.operand_shape,
                                   acc_shape=signed(product_width + ceil_log2(i + 1)),
                                   shared_multiplier=shared,
                                   active_outside=(i, j) in outside,
-                                  sum_outside=shared and i == 0)
+                                  sum_outside=(i, j) in summed)
                 for j in range(cfg.cols)] for i in range(cfg.rows)]
         for i, row in enumerate(pes):
             for j, pe in enumerate(row):
@@ -101,15 +105,16 @@ class SystolicArray(wiring.Component):
         # the same cycle (on one anti-diagonal) keep their active weights in its B register.
         for k, (pair, registered) in enumerate([(p, True) for p in pairs] +
                                               [(p, False) for p in single]):
-            # A top-row cell's partial sum is its product a cycle later: the DSP keeps it.
             m.submodules[f"dsp_{k}"] = dsp = DualMultiplier(
                 cfg.operand_shape, registered_b=registered,
-                delayed=[half for (i, _), half in zip(pair, ("high", "low")) if i == 0])
+                summed=[half for cell, half in zip(pair, ("high", "low")) if cell in summed])
             for (i, j), half in zip(pair, ("high", "low")):
                 pe = pes[i][j]
                 m.d.comb += [getattr(dsp, f"{half}_a").eq(pe.factor_act),
                              getattr(dsp, f"{half}_b").eq(pe.factor_weight),
                              pe.product.eq(getattr(dsp, half))]
+                if (i, j) in summed:
+                    m.d.comb += getattr(dsp, f"{half}_addend").eq(pe.addend)
             if registered:
                 i, j = pair[0]
                 m.d.comb += dsp.load_b.eq(pes[i][j].switch_in)
