@@ -12,6 +12,7 @@ from .activation_issuer import ACTIVATE_REQUEST_LAYOUT
 from .datapath import command_layouts
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
 from .program_memory import ProgramMemory
+from .targets import is_ice40
 
 __all__ = ["Sequencer", "STATUS_SHAPES", "control_shapes"]
 
@@ -189,8 +190,16 @@ class Sequencer(wiring.Component):
         # static error. The next instruction waits in a register (``upcoming``), the one
         # after it on the memory's output, so an instruction retires into the next without
         # a gap while the memory's slow output only ever goes into a register and the
-        # decoding starts from one.
-        upcoming = Signal(INSTRUCTION_BITS)
+        # decoding starts from one. On an iCE40, short of logic cells and slow enough, the
+        # memory's output itself holds the next instruction (it holds still while nothing
+        # is read), and the decoding starts from there: the fetch keeps its timing, a
+        # cycle nearer to the memory.
+        upcoming_register = not is_ice40(platform)
+        if upcoming_register:
+            upcoming = Signal(INSTRUCTION_BITS)
+        else:
+            upcoming = program.read_data
+        ahead = 2 if upcoming_register else 1   # the memory's output is pc + ahead
         fetched = data.View(INSTRUCTION_LAYOUT, upcoming)
         load = Signal()                 # ``instr`` takes ``upcoming``, which takes the memory
         instr = Signal(INSTRUCTION_LAYOUT)
@@ -221,7 +230,8 @@ class Sequencer(wiring.Component):
                          (is_op[Opcode.MATMUL] & instr.flags[1] & ~count_zero & (step == 0)))
         fetched_tiles = fetched.count[:tile_bits]
         with m.If(load):
-            m.d.sync += upcoming.eq(program.read_data)
+            if upcoming_register:
+                m.d.sync += upcoming.eq(program.read_data)
             m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
                          b_end.eq(decoded["b_end"]),
                          static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
@@ -352,9 +362,9 @@ class Sequencer(wiring.Component):
             self.activate_request.payload.count.eq(n),
         ]
 
-        # The memory's output is the instruction two after ``instr``: reading ``pc + 3``
-        # when ``instr`` moves on keeps it so.
-        m.d.comb += [program.read_addr.eq(pc + 3), program.read_en.eq(0)]
+        # The memory's output is the instruction ``ahead`` after ``instr``: reading
+        # ``pc + ahead + 1`` when ``instr`` moves on keeps it so.
+        m.d.comb += [program.read_addr.eq(pc + ahead + 1), program.read_en.eq(0)]
 
         beyond_end = Signal()           # pc is past the instruction memory
         beyond_last = above(pc, cfg.program_depth - 2)
@@ -381,12 +391,16 @@ class Sequencer(wiring.Component):
 
             # Two cycles fill the fetch stage: the first instruction into ``upcoming``, then
             # into ``instr`` while the second goes into ``upcoming`` and the third onto the
-            # memory's output.
-            for state, ahead, following in (("Fill", 1, "Prime"), ("Prime", 2, "Run")):
+            # memory's output. (Without the register, the first waits on the memory's
+            # output in the first cycle.)
+            for state, offset, following in (("Fill", ahead - 1, "Prime"),
+                                             ("Prime", ahead, "Run")):
                 with m.State(state):
-                    m.d.comb += [program.read_addr.eq(pc + ahead), program.read_en.eq(1)]
+                    if offset:
+                        m.d.comb += [program.read_addr.eq(pc + offset), program.read_en.eq(1)]
                     if state == "Fill":
-                        m.d.sync += upcoming.eq(program.read_data)
+                        if upcoming_register:
+                            m.d.sync += upcoming.eq(program.read_data)
                     else:
                         m.d.comb += [load.eq(1), priming.eq(1)]
                     with m.If(self.abort_run):
