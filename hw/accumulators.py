@@ -1,10 +1,10 @@
 """Accumulator memory: int32 result rows that a write either overwrites or adds to."""
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from .arith import saturate
+from .carry_chain import add_or_pass
 from .block_ram import BlockRAM
 from .memory_ports import bounded_read
 from .targets import is_ice40
@@ -59,19 +59,33 @@ class AccumulatorMemory(wiring.Component):
     without Yosys's): the rule above means that a row is never read for an addition in the
     cycle it is stored, and a read from outside in that cycle returns an undefined row (the
     datapath reads a row only once the matrix unit and ``write_pending`` are idle).
+
+    With ``skewed_lanes`` (which leaves out ``register_stored_row``), the lanes of a row are
+    written apart, as a skewed wavefront leaves the systolic array: ``write_addr``,
+    ``write_accumulate``, ``write_en``, ``next_write_addr`` and ``next_write_en`` have a
+    lane each, and lane ``j`` of a row comes ``cols - 1 - j`` cycles before its last lane.
+    Each lane is its own block RAM, so no register lines the lanes up; the row is stored
+    with its last lane, whose write ``write_pending``, ``overflow`` and ``range_error``
+    tell of as above (``overflow`` for every lane of the row).
     """
 
-    def __init__(self, cfg, *, register_stored_row=None):
+    def __init__(self, cfg, *, register_stored_row=None, skewed_lanes=False):
+        if skewed_lanes and register_stored_row:
+            raise ValueError("skewed_lanes writes each lane as it comes, without "
+                             "register_stored_row")
         self._cfg = cfg
-        self._register_stored_row = register_stored_row
+        self._register_stored_row = False if skewed_lanes else register_stored_row
+        self._skewed_lanes = skewed_lanes
         self.row_layout = data.ArrayLayout(cfg.acc_shape, cfg.cols)
+        per_lane = (lambda shape: data.ArrayLayout(shape, cfg.cols)) if skewed_lanes else \
+            (lambda shape: shape)
         super().__init__({
-            "write_addr": In(cfg.acc_addr_width),
+            "write_addr": In(per_lane(cfg.acc_addr_width)),
             "write_data": In(self.row_layout),
-            "write_accumulate": In(1),
-            "write_en": In(1),
-            "next_write_addr": In(cfg.acc_addr_width),
-            "next_write_en": In(1),
+            "write_accumulate": In(per_lane(1)),
+            "write_en": In(per_lane(1)),
+            "next_write_addr": In(per_lane(cfg.acc_addr_width)),
+            "next_write_en": In(per_lane(1)),
             "read_addr": In(cfg.acc_addr_width),
             "read_en": In(1),
             "read_data": Out(self.row_layout),
@@ -90,43 +104,27 @@ class AccumulatorMemory(wiring.Component):
         register_stored_row = self._register_stored_row
         if register_stored_row is None:         # an iCE40 (24 MHz) can do without it
             register_stored_row = not is_ice40(platform)
+        # What each lane writes: the row's write, or with skewed_lanes its own.
+        if self._skewed_lanes:
+            lanes = [(self.write_en[j], self.write_addr[j], self.write_accumulate[j],
+                      self.next_write_en[j], self.next_write_addr[j]) for j in range(cfg.cols)]
+        else:
+            lanes = [(self.write_en, self.write_addr, self.write_accumulate,
+                      self.next_write_en, self.next_write_addr)] * cfg.cols
+        last_en, last_addr = lanes[-1][0], lanes[-1][1]
+        write_ok = last_addr < cfg.acc_depth
+        s1_valid, s2_valid = Signal(), Signal()
+        m.d.sync += [s1_valid.eq(last_en & write_ok), s2_valid.eq(s1_valid)]
+
         if register_stored_row:
             m.submodules.storage = storage = memory.Memory(
                 shape=self.row_layout, depth=cfg.acc_depth, init=[])
             commit = storage.write_port()
             # Transparent, so a write a cycle after the one it adds to sees that one's commit.
             old = storage.read_port(transparent_for=[commit])
-            commit_addr, commit_data, commit_en = commit.addr, commit.data, commit.en
-            old_addr, old_en, old_data = old.addr, old.en, old.data
-        else:
-            # Stored a cycle after its write, a row is read again a cycle later at the
-            # earliest (the rule above), so the memory needs no bypass.
-            m.submodules.storage = storage = BlockRAM(width=self.row_layout.size,
-                                                      depth=cfg.acc_depth)
-            commit_addr, commit_data, commit_en = (storage.write_addr, storage.write_data,
-                                                   storage.write_en)
-            old_addr, old_en = storage.read_addr, storage.read_en
-            old_data = data.View(self.row_layout, storage.read_data)
-        if is_ice40(platform) or not register_stored_row:
-            # The outside reader's copy without Yosys's bypass: the datapath never reads a
-            # row in the cycle it is committed.
-            m.submodules.read_copy = read_copy = BlockRAM(width=self.row_layout.size,
-                                                          depth=cfg.acc_depth)
-            m.d.comb += [read_copy.write_addr.eq(commit_addr),
-                         read_copy.write_data.eq(commit_data),
-                         read_copy.write_en.eq(commit_en)]
-            read_port = read_copy.read_addr, read_copy.read_en, read_copy.read_data
-        else:
-            read = storage.read_port(transparent_for=[commit])
-            read_port = read.addr, read.en, read.data
-
-        write_ok = self.write_addr < cfg.acc_depth
-        s1_valid, s2_valid = Signal(), Signal()
-        m.d.sync += [s1_valid.eq(self.write_en & write_ok), s2_valid.eq(s1_valid)]
-        if register_stored_row:
             # Stage 0 (cycle t): read the row the write may add to. Stage 1 (t + 1): the
             # stored row straight into a register. Stage 2 (t + 2): add and commit.
-            m.d.comb += [old_addr.eq(self.write_addr), old_en.eq(self.write_en)]
+            m.d.comb += [old.addr.eq(self.write_addr), old.en.eq(self.write_en)]
             s1_addr = Signal.like(self.write_addr)
             s1_data, s1_accumulate = Signal(self.row_layout), Signal()
             s2_addr, s2_data = Signal.like(self.write_addr), Signal(self.row_layout)
@@ -134,45 +132,87 @@ class AccumulatorMemory(wiring.Component):
             m.d.sync += [s1_addr.eq(self.write_addr), s1_data.eq(self.write_data),
                          s1_accumulate.eq(self.write_accumulate),
                          s2_addr.eq(s1_addr), s2_data.eq(s1_data),
-                         s2_accumulate.eq(s1_accumulate), s2_old.eq(old_data)]
-            stored = [s2_old[lane] for lane in range(cfg.cols)]
-            add_valid, add_addr, add_data, add_accumulate = s2_valid, s2_addr, s2_data, \
-                s2_accumulate
+                         s2_accumulate.eq(s1_accumulate), s2_old.eq(old.data)]
+            new_row, clipped = self._add(m, platform, [s2_old[j] for j in range(cfg.cols)],
+                                         s2_data, [s2_accumulate] * cfg.cols)
+            m.d.comb += [commit.addr.eq(s2_addr), commit.data.eq(new_row),
+                         commit.en.eq(s2_valid), self.overflow.eq(s2_valid & clipped.any())]
+            if is_ice40(platform):
+                # The outside reader's copy without Yosys's bypass: the datapath never reads
+                # a row in the cycle it is committed.
+                m.submodules.read_copy = read_copy = BlockRAM(width=self.row_layout.size,
+                                                              depth=cfg.acc_depth)
+                m.d.comb += [read_copy.write_addr.eq(commit.addr),
+                             read_copy.write_data.eq(commit.data),
+                             read_copy.write_en.eq(commit.en)]
+                read_port = read_copy.read_addr, read_copy.read_en, read_copy.read_data
+            else:
+                read = storage.read_port(transparent_for=[commit])
+                read_port = read.addr, read.en, read.data
         else:
-            # The row a write may add to is read a cycle ahead (``next_write_*``), so that
-            # in cycle t the row is added as it leaves the memory and committed: the
-            # written row needs no register.
-            m.d.comb += [old_addr.eq(self.next_write_addr), old_en.eq(self.next_write_en)]
-            stored = [old_data[lane] for lane in range(cfg.cols)]
-            add_valid, add_addr, add_data, add_accumulate = (
-                self.write_en & write_ok, self.write_addr, self.write_data,
-                self.write_accumulate)
-
-        # The last stage: add (saturating) or overwrite, and commit.
-        new_row = Signal(self.row_layout)
-        clipped = Signal(cfg.cols)
-        for lane in range(cfg.cols):
-            total, lane_clipped = saturate(stored[lane] + add_data[lane], cfg.acc_shape)
-            m.d.comb += [
-                new_row[lane].eq(Mux(add_accumulate, total, add_data[lane])),
-                clipped[lane].eq(add_accumulate & lane_clipped),
-            ]
-        overflow = add_valid & clipped.any()
-        if register_stored_row:
-            m.d.comb += self.overflow.eq(overflow)
-        else:                                           # shown in cycle t + 2 all the same
+            # A lane a write may add to is read a cycle ahead (``next_write_*``), so that in
+            # cycle t it is added as it leaves the memory and committed: the written lane
+            # needs no register. Stored a cycle after its write, a lane is read again a
+            # cycle later at the earliest (the rule above), so the memories need no bypass;
+            # nor does the outside reader's copy, as the datapath never reads a row in the
+            # cycle it is committed.
+            read_addr, read_en = Signal.like(self.read_addr), Signal()
+            stored, read_words = [], []
+            for j, (en, addr, _, next_en, next_addr) in enumerate(lanes):
+                m.submodules[f"lane{j}"] = storage = BlockRAM(width=cfg.acc_width,
+                                                              depth=cfg.acc_depth)
+                m.submodules[f"lane{j}_read_copy"] = read_copy = BlockRAM(
+                    width=cfg.acc_width, depth=cfg.acc_depth)
+                m.d.comb += [storage.read_addr.eq(next_addr), storage.read_en.eq(next_en),
+                             read_copy.read_addr.eq(read_addr), read_copy.read_en.eq(read_en)]
+                stored.append(storage.read_data)
+                read_words.append(read_copy.read_data)
+            new_row, clipped = self._add(m, platform, stored, self.write_data,
+                                         [lane[2] for lane in lanes])
+            for j, (en, addr, _, _, _) in enumerate(lanes):
+                for ram in (getattr(m.submodules, f"lane{j}"),
+                            getattr(m.submodules, f"lane{j}_read_copy")):
+                    m.d.comb += [ram.write_addr.eq(addr), ram.write_data.eq(new_row[j]),
+                                 ram.write_en.eq(en & (addr < cfg.acc_depth))]
+            # A lane's saturation shows with its row's last lane, two cycles later.
+            lined_up = []
+            for j, (en, addr, _, _, _) in enumerate(lanes):
+                flag = en & (addr < cfg.acc_depth) & clipped[j]
+                for stage in range(cfg.cols - 1 - j if self._skewed_lanes else 0):
+                    later = Signal(name=f"lane{j}_clipped_d{stage + 1}")
+                    m.d.sync += later.eq(flag)
+                    flag = later
+                lined_up.append(flag)
             overflow_late = Signal()
-            m.d.sync += [overflow_late.eq(overflow), self.overflow.eq(overflow_late)]
-        m.d.comb += [
-            commit_addr.eq(add_addr),
-            commit_data.eq(new_row),
-            commit_en.eq(add_valid),
-            self.write_pending.eq(s1_valid | s2_valid),
-        ]
+            m.d.sync += [overflow_late.eq(Cat(*lined_up).any()),
+                         self.overflow.eq(overflow_late)]
+            read_port = read_addr, read_en, Cat(*read_words)
+        m.d.comb += self.write_pending.eq(s1_valid | s2_valid)
 
         read_data, read_bad = bounded_read(m, *read_port, addr=self.read_addr, en=self.read_en,
                                            depth=cfg.acc_depth)
         m.d.comb += self.read_data.eq(read_data)
-        m.d.sync += self.range_error.eq(read_bad | (self.write_en & ~write_ok))
+        m.d.sync += self.range_error.eq(read_bad | (last_en & ~write_ok))
         return m
 
+    def _add(self, m, platform, stored, words, accumulate):
+        """The last stage: each lane's word added (saturating) to the stored one, or
+        overwriting it (``accumulate[j]`` low). Returns the new row and a bit per lane that
+        is high where the addition saturated."""
+        cfg = self._cfg
+        new_row = Signal(self.row_layout)
+        clipped = Signal(cfg.cols)
+        # The sum overflowed when its operands have one sign and it has the other; it then
+        # saturates towards the operands' sign.
+        largest, smallest = (1 << (cfg.acc_width - 1)) - 1, -(1 << (cfg.acc_width - 1))
+        for lane in range(cfg.cols):
+            old_word, word = Value.cast(stored[lane]), Value.cast(words[lane])
+            total = add_or_pass(m, platform, old_word, word, accumulate[lane],
+                                name=f"sum{lane}")
+            sign = old_word[-1]
+            lane_clipped = accumulate[lane] & (sign == word[-1]) & (total[-1] != sign)
+            m.d.comb += [
+                new_row[lane].eq(Mux(lane_clipped, Mux(sign, smallest, largest), total)),
+                clipped[lane].eq(lane_clipped),
+            ]
+        return new_row, clipped

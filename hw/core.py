@@ -17,7 +17,7 @@ def host_control_shapes(cfg):
     """What the host drives: the sequencer's control and the weight memory's write port."""
     return {**control_shapes(cfg), "weight_write_addr": cfg.weight_addr_width,
             "weight_write_data": data.ArrayLayout(cfg.operand_shape, cfg.cols),
-            "weight_write_en": 1}
+            "weight_write_en": 1, "weight_write_armed": 1}
 
 
 class Core(wiring.Component):
@@ -97,6 +97,7 @@ class Core(wiring.Component):
             reader.write_addr.eq(self.weight_write_addr),
             reader.write_data.eq(self.weight_write_data),
             reader.write_en.eq(self.weight_write_en),
+            reader.write_armed.eq(self.weight_write_armed),
         ]
         for name in control_shapes(cfg):
             m.d.comb += getattr(seq, name).eq(getattr(self, name))

@@ -8,6 +8,7 @@ from .accumulators import AccumulatorMemory
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, activation_unit
 from .matrix_unit import MatrixUnit, matrix_unit_latency
 from .shift_queue import ShiftQueue
+from .targets import is_ice40
 from .unified_buffer import UnifiedBuffer
 
 __all__ = ["Datapath", "FEED_SLOTS", "command_layouts"]
@@ -130,7 +131,10 @@ class Datapath(wiring.Component):
         tag = data.StructLayout({"acc_addr": cfg.acc_addr_width, "accumulate": 1})
         m.submodules.ub = ub = UnifiedBuffer(cfg)
         m.submodules.mxu = mxu = MatrixUnit(cfg, tag_shape=tag)
-        m.submodules.acc = acc = AccumulatorMemory(cfg)
+        # On an iCE40 each accumulator lane is written as its column leaves the array, so
+        # that no de-skew registers line the columns up.
+        skewed = is_ice40(platform)
+        m.submodules.acc = acc = AccumulatorMemory(cfg, skewed_lanes=skewed)
         m.submodules.act = act = activation_unit(cfg, tag_shape=cfg.ub_addr_width)
         wiring.connect(m, wiring.flipped(self.weights), mxu.weights)
         m.d.comb += act.params.eq(self.params)
@@ -196,14 +200,26 @@ class Datapath(wiring.Component):
             m.d.comb += self.acc_bank_busy[h].eq(count != 0)
 
         # --- matrix unit results -> accumulators ----------------------------------------
-        m.d.comb += [
-            acc.write_addr.eq(mxu.results.payload.tag.acc_addr),
-            acc.write_accumulate.eq(mxu.results.payload.tag.accumulate),
-            acc.write_data.eq(mxu.results.payload.data),
-            acc.write_en.eq(mxu.results.valid),
-            acc.next_write_addr.eq(mxu.upcoming.tag.acc_addr),
-            acc.next_write_en.eq(mxu.upcoming.valid),
-        ]
+        if skewed:
+            for j in range(cfg.cols):
+                column = mxu.columns[j]
+                m.d.comb += [
+                    acc.write_addr[j].eq(column.tag.acc_addr),
+                    acc.write_accumulate[j].eq(column.tag.accumulate),
+                    acc.write_data[j].eq(column.sum),
+                    acc.write_en[j].eq(column.valid),
+                    acc.next_write_addr[j].eq(column.next_tag.acc_addr),
+                    acc.next_write_en[j].eq(column.next_valid),
+                ]
+        else:
+            m.d.comb += [
+                acc.write_addr.eq(mxu.results.payload.tag.acc_addr),
+                acc.write_accumulate.eq(mxu.results.payload.tag.accumulate),
+                acc.write_data.eq(mxu.results.payload.data),
+                acc.write_en.eq(mxu.results.valid),
+                acc.next_write_addr.eq(mxu.upcoming.tag.acc_addr),
+                acc.next_write_en.eq(mxu.upcoming.valid),
+            ]
 
         # --- activate: accumulator read -> activation unit -> UB write ------------------
         # The activated row always has the UB write port, so the unit never stalls.

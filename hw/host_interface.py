@@ -167,16 +167,15 @@ class HostInterface(wiring.Component):
             with m.State("Weights"):
                 m.d.comb += self.cmd.ready.eq(1)
                 words = weight_row_words(cfg)
+                # The row's address and whether its last word may come now are known from
+                # registers, before the word is: the weight reader keeps clear of the row.
+                m.d.comb += self.weight_write_armed.eq(index == words - 1)
                 with m.If(took):
                     m.d.sync += buffer.word_select(index, 32).eq(word)
                     m.d.sync += index.eq(index + 1)
                     with m.If(index == words - 1):
-                        row = _row_from(buffer, word, words)
-                        for lane, bits in enumerate(int8_lanes(row, cfg.cols)):
-                            m.d.comb += self.weight_write_data[lane].eq(bits)
-                        m.d.comb += [self.weight_write_addr.eq(addr),
-                                     self.weight_write_en.eq(
-                                         ~above(addr, cfg.weight_memory_depth - 1))]
+                        m.d.comb += self.weight_write_en.eq(
+                            ~above(addr, cfg.weight_memory_depth - 1))
                         m.d.sync += [addr.eq(addr + 1), count.eq(count - 1), index.eq(0)]
                         with m.If(count == 1):
                             m.next = "Header"
@@ -204,6 +203,11 @@ class HostInterface(wiring.Component):
                 with m.If(~deliver | self.host_in.ready):
                     m.d.sync += [count.eq(count - 1), index.eq(0)]
                     _goto(m, count == 1, "Header", "Data")
+
+        weight_row = _row_from(buffer, self.cmd.payload, weight_row_words(cfg))
+        for lane, bits in enumerate(int8_lanes(weight_row, cfg.cols)):
+            m.d.comb += self.weight_write_data[lane].eq(bits)
+        m.d.comb += self.weight_write_addr.eq(addr)
 
         # --- replies: one whole reply at a time ------------------------------------------
         # A header, then the words; ``word`` counts the words sent after the header.

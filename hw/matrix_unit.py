@@ -56,6 +56,13 @@ class MatrixUnit(wiring.Component):
     upcoming : Out(StructLayout({"valid", "tag"}))
         What ``results.valid`` and ``results.payload.tag`` will be in the next cycle (so
         that the accumulator memory can read the row a result adds to a cycle ahead).
+    columns : Out(ArrayLayout(StructLayout({"valid", "tag", "sum", "next_valid",
+    "next_tag"}), cols))
+        Each column's sum as it leaves the array, before the de-skew lines the columns up:
+        column ``j``'s comes ``cols - 1 - j`` cycles before ``results`` with its vector's
+        ``valid`` and ``tag``, and what they will be in the next cycle. A user that takes
+        the columns so, and not ``results.payload.data``, leaves the de-skew registers
+        unused (the tools remove them).
 
     Latency: a vector accepted in cycle ``t`` leaves in cycle ``t + latency`` where
     :attr:`latency` is :func:`matrix_unit_latency` (``rows + cols + 1``).
@@ -80,6 +87,9 @@ class MatrixUnit(wiring.Component):
             "weight_stall": Out(1),
             "tile_ready": Out(1),
             "upcoming": Out(data.StructLayout({"valid": 1, "tag": tag_shape})),
+            "columns": Out(data.ArrayLayout(data.StructLayout({
+                "valid": 1, "tag": tag_shape, "sum": cfg.acc_shape,
+                "next_valid": 1, "next_tag": tag_shape}), cfg.cols)),
             "busy": Out(1),
         })
 
@@ -145,6 +155,7 @@ class MatrixUnit(wiring.Component):
         # --- sideband: valid and tag travel beside the wavefront --------------------------
         valid, tag = held_valid, held.tag
         in_flight = [held_valid]
+        stages = [(valid, tag)]
         for stage in range(matrix_unit_latency(cfg) - 1):
             upcoming_valid, upcoming_tag = valid, tag
             next_valid = Signal(name=f"valid_d{stage + 1}")
@@ -152,6 +163,15 @@ class MatrixUnit(wiring.Component):
             m.d.sync += [next_valid.eq(valid), next_tag.eq(tag)]
             valid, tag = next_valid, next_tag
             in_flight.append(valid)
+            stages.append((valid, tag))
+        # Column j leaves the array cols - 1 - j cycles before the last one.
+        for j in range(cfg.cols):
+            column = self.columns[j]
+            at = len(stages) - 1 - (cfg.cols - 1 - j)
+            m.d.comb += [column.sum.eq(array.psum_out[j]),
+                         column.valid.eq(stages[at][0]), column.tag.eq(stages[at][1]),
+                         column.next_valid.eq(stages[at - 1][0]),
+                         column.next_tag.eq(stages[at - 1][1])]
         m.d.comb += [
             self.upcoming.valid.eq(upcoming_valid),
             self.upcoming.tag.eq(upcoming_tag),

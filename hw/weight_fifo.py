@@ -1,8 +1,10 @@
 """The Weight FIFO: weight rows staged on their way into the matrix unit."""
 
-from amaranth.hdl import Module
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from .block_ram import BlockRAM
 
 __all__ = ["WeightFIFO"]
 
@@ -45,15 +47,36 @@ class WeightFIFO(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(
-            width=cfg.cols * cfg.operand_width, depth=cfg.weight_fifo_depth + 1)
+        # Rows wait in block RAM; the head row is the one on the RAM's output (read_data,
+        # which holds until the next read), so no register copies it. ``stored`` counts
+        # the rows in the RAM that have not been read yet; a row read is on the output from
+        # the next cycle on, until it is taken.
+        depth = cfg.weight_fifo_depth
+        m.submodules.rows = rows = BlockRAM(width=cfg.cols * cfg.operand_width, depth=depth)
+        write_ptr = Signal(range(depth))
+        read_ptr = Signal(range(depth))
+        stored = Signal(range(depth + 1))
+        head_valid = Signal()           # read_data holds a row not yet taken
+        write = self.w.valid & self.w.ready
+        read = (stored != 0) & (~head_valid | self.r.ready)
         m.d.comb += [
-            queue.w_data.eq(self.w.payload),
-            queue.w_en.eq(self.w.valid),
-            self.w.ready.eq(queue.w_rdy),
-            self.r.payload.eq(queue.r_data),
-            self.r.valid.eq(queue.r_rdy),
-            queue.r_en.eq(self.r.ready),
-            self.level.eq(queue.r_level),
+            self.w.ready.eq(stored != depth),
+            rows.write_addr.eq(write_ptr),
+            rows.write_data.eq(self.w.payload),
+            rows.write_en.eq(write),
+            rows.read_addr.eq(read_ptr),
+            rows.read_en.eq(read),
+            self.r.payload.eq(rows.read_data),
+            self.r.valid.eq(head_valid),
+            self.level.eq(stored + head_valid),
         ]
+        with m.If(write):
+            m.d.sync += write_ptr.eq(Mux(write_ptr == depth - 1, 0, write_ptr + 1))
+        with m.If(read):
+            m.d.sync += read_ptr.eq(Mux(read_ptr == depth - 1, 0, read_ptr + 1))
+        m.d.sync += stored.eq(stored + write - read)
+        with m.If(read):
+            m.d.sync += head_valid.eq(1)
+        with m.Elif(self.r.ready):
+            m.d.sync += head_valid.eq(0)
         return m

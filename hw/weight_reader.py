@@ -1,8 +1,10 @@
 """The weight memory and its reader: whole tiles out to the Weight FIFO on request."""
 
 from amaranth.hdl import Module, Signal
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from .block_ram import BlockRAM
 
 __all__ = ["WeightReader"]
 
@@ -24,7 +26,18 @@ class WeightReader(wiring.Component):
     busy : Out(1)
         A requested row has not yet left on ``weights``.
 
-    Latency: the first row of a request is offered 1 cycle after the request is taken.
+    write_armed : In(1)
+        High in every cycle in which ``write_en`` may be high, with ``write_addr`` already
+        the row: from registers, so that the reader keeps clear of that row without waiting
+        for the late ``write_en``.
+
+    The memory is block RAM without a bypass (:class:`~tpuer.hw.block_ram.BlockRAM`): the
+    reader does not read a row in a cycle in which the host may write it (``write_armed``)
+    but waits, so it reads the row's new value and never the undefined one of a read
+    meeting a write.
+
+    Latency: the first row of a request is offered 1 cycle after the request is taken
+    (later while the host may write that row).
     """
 
     def __init__(self, cfg):
@@ -35,6 +48,7 @@ class WeightReader(wiring.Component):
             "write_addr": In(cfg.weight_addr_width),
             "write_data": In(self.row_layout),
             "write_en": In(1),
+            "write_armed": In(1),
             "request": In(stream.Signature(self.request_layout)),
             "weights": Out(stream.Signature(self.row_layout)),
             "busy": Out(1),
@@ -43,25 +57,30 @@ class WeightReader(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        m.submodules.storage = storage = memory.Memory(
-            shape=self.row_layout, depth=cfg.weight_memory_depth, init=[])
-        write = storage.write_port()
-        read = storage.read_port()
-        m.d.comb += [write.addr.eq(self.write_addr), write.data.eq(self.write_data),
-                     write.en.eq(self.write_en)]
+        m.submodules.storage = storage = BlockRAM(width=self.row_layout.size,
+                                                  depth=cfg.weight_memory_depth)
+        m.d.comb += [storage.write_addr.eq(self.write_addr),
+                     storage.write_data.eq(self.write_data),
+                     storage.write_en.eq(self.write_en)]
 
         next_addr = Signal(range(cfg.weight_memory_depth + 1))
         remaining = Signal(range(cfg.weight_memory_depth + 1))
-        have_row = Signal()         # read.data holds a row not yet taken
-        advance = ~have_row | self.weights.ready
+        have_row = Signal()         # read_data holds a row not yet taken
+        # A row is not read in a cycle in which the host may write it (the block RAM's
+        # output would be undefined): the read waits, and the row already read is kept.
+        hazard = self.write_armed & (self.write_addr == next_addr[:len(self.write_addr)])
+        taken = have_row & self.weights.ready
+        advance = (~have_row | self.weights.ready) & ~hazard
         m.d.comb += [
             self.weights.valid.eq(have_row),
-            self.weights.payload.eq(read.data),
-            read.addr.eq(next_addr),
-            read.en.eq(advance & (remaining != 0)),
+            self.weights.payload.eq(storage.read_data),
+            storage.read_addr.eq(next_addr),
+            storage.read_en.eq(advance & (remaining != 0)),
             self.request.ready.eq(remaining == 0),
             self.busy.eq((remaining != 0) | have_row),
         ]
+        with m.If(taken):
+            m.d.sync += have_row.eq(0)
         with m.If(advance):
             m.d.sync += have_row.eq(remaining != 0)
             with m.If(remaining != 0):

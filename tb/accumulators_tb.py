@@ -11,8 +11,11 @@ from .packing import Codec
 __all__ = ["BENCHES"]
 
 
-async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2):
-    dut = reference_instance(AccumulatorMemory(cfg))
+async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2,
+               skewed_lanes=False):
+    dut = reference_instance(AccumulatorMemory(cfg, skewed_lanes=skewed_lanes))
+    if skewed_lanes:
+        store_after = 0
     model = AccumulatorModel(cfg)
     top = 1 << cfg.acc_addr_width
 
@@ -22,7 +25,10 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2):
         return int(rng.integers(0, top))
 
     zeros = np.zeros(cfg.cols, dtype=np.int64)
-    schedule = clearing_writes(cfg.acc_depth, lambda addr: {
+    # With skewed lanes the first lanes of a write come cols - 1 cycles early: idle cycles
+    # first, so that those of the first writes come too.
+    schedule = [(None, None)] * (cfg.cols - 1 if skewed_lanes else 0)
+    schedule += clearing_writes(cfg.acc_depth, lambda addr: {
         "addr": addr, "data": zeros, "accumulate": 0})
     last_written = None
     for _ in range(cycles):
@@ -54,9 +60,14 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2):
     for cycle, (read, write) in enumerate(schedule):
         while in_flight and in_flight[0][0] <= cycle - store_after:
             commit(*in_flight.pop(0))
-        # Stored at the end of t, a row read in that very cycle is undefined.
-        storing = schedule[cycle - store_after][1] if cycle >= store_after else None
-        being_stored = store_after < 2 and storing is not None and storing["addr"] == read
+        # Stored at the end of t, a row read in that very cycle is undefined; with skewed
+        # lanes, so is one read while its lanes are being stored, in the cols - 1 cycles
+        # before.
+        window = range(cycle - store_after, cycle - store_after +
+                       (cfg.cols if skewed_lanes else 1))
+        being_stored = store_after < 2 and any(
+            0 <= t < len(schedule) and schedule[t][1] is not None and
+            schedule[t][1]["addr"] == read for t in window)
         if read is not None:
             if not being_stored:
                 expected[cycle] = (model.read(read), expected[cycle][1])
@@ -66,28 +77,31 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2):
             in_flight.append((cycle, write))
     for requested, write in in_flight:     # still in flight when the schedule ends
         commit(requested, write)
+    skew = (cfg.cols, {"addr": (cfg.acc_addr_width, False), "data": (cfg.acc_width, True),
+                       "accumulate": (1, False)}) if skewed_lanes else None
     ports = MemoryPorts(schedule, {"data": ("data", Codec(dut.row_layout).encode),
                                    "accumulate": ("accumulate", int)},
-                        flags=("overflow", "range_error"), lookahead=True)
+                        flags=("overflow", "range_error"), lookahead=True, skew=skew)
     await check_memory(io, ports, expected, Codec(dut.row_layout).decode,
                        f"accumulators {cfg.name}")
 
 
-async def bench_random(io, cfg, rng, store_after=2):
+async def bench_random(io, cfg, rng, store_after=2, skewed_lanes=False):
     """Random overwrites and accumulations of full-range words, back-to-back overwrites and
     additions a cycle apart on the same rows, out-of-range addresses."""
     await _run(io, cfg, rng, 400, lambda: rng.integers(cfg.acc_min, cfg.acc_max + 1, cfg.cols,
                                                         dtype=np.int64),
-               hot_addresses=[0, 1, 2, cfg.acc_depth - 1], store_after=store_after)
+               hot_addresses=[0, 1, 2, cfg.acc_depth - 1], store_after=store_after,
+               skewed_lanes=skewed_lanes)
 
 
-async def bench_saturation(io, cfg, rng, store_after=2):
+async def bench_saturation(io, cfg, rng, store_after=2, skewed_lanes=False):
     """Sums that reach and pass the accumulator's limits, on a few rows: saturation and the
     overflow flag, lane by lane."""
     big = cfg.acc_max // 2 + 1
     choices = np.array([big, -big, cfg.acc_max, cfg.acc_min, 1, -1, 0], dtype=np.int64)
     await _run(io, cfg, rng, 300, lambda: rng.choice(choices, cfg.cols),
-               hot_addresses=[0, 1], store_after=store_after)
+               hot_addresses=[0, 1], store_after=store_after, skewed_lanes=skewed_lanes)
 
 
 BENCHES = {"random": bench_random, "saturation": bench_saturation}

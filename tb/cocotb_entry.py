@@ -2,7 +2,8 @@
 
 The simulator back end (:mod:`tpuer.sim.cocotb_backend`) passes, through the
 environment: ``TPUER_BLOCK`` (e.g. ``matrix_unit``), ``TPUER_CONFIG`` (the configuration
-as JSON), ``TPUER_SEED`` and ``TPUER_SIMULATOR``. Each testbench of the block's
+as JSON), ``TPUER_SEED``, ``TPUER_SIMULATOR`` and ``TPUER_BENCH_OPTIONS`` (keyword
+arguments for every testbench, as JSON; none by default). Each testbench of the block's
 ``BENCHES`` becomes one cocotb test.
 """
 
@@ -21,6 +22,7 @@ BLOCK = os.environ.get("TPUER_BLOCK", "matrix_unit")
 CONFIG = Config(**json.loads(os.environ.get("TPUER_CONFIG", "{}")))
 SEED = int(os.environ.get("TPUER_SEED", "1"))
 SIMULATOR = os.environ.get("TPUER_SIMULATOR", "unknown")
+OPTIONS = json.loads(os.environ.get("TPUER_BENCH_OPTIONS", "{}"))
 BENCHES = importlib.import_module(f"{__package__}.{BLOCK}_tb").BENCHES
 
 
@@ -34,7 +36,7 @@ def _make_test(name, bench):
         dut._log.info(f"{BLOCK}/{name} on {SIMULATOR}, config {CONFIG.name}, seed {SEED}")
         io = await CocotbIO.start(dut)
         try:
-            await bench(io, CONFIG, bench_rng(name))
+            await bench(io, CONFIG, bench_rng(name), **OPTIONS)
         except AssertionError as error:
             raise AssertionError(f"{error} (reproduce with TPUER_SEED={SEED})") from None
     run.__name__ = run.__qualname__ = f"{BLOCK}_{name}"

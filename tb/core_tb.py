@@ -33,7 +33,7 @@ class CoreRun:
 
 def idle_inputs(io):
     """Drive every input of the core to its idle value (undriven inputs are X in Icarus)."""
-    for name in ("start", "abort_run", "program_write_en", "weight_write_en",
+    for name in ("start", "abort_run", "program_write_en", "weight_write_en", "weight_write_armed",
                  "host_in__valid", "host_out__ready", "memory_request__valid"):
         io.set(name, 0)
 
@@ -54,8 +54,10 @@ async def load_weights(io, cfg, tiles, first_tile=0):
             io.set("weight_write_addr", (first_tile + t) * cfg.rows + r)
             io.set("weight_write_data", codec.encode(row))
             io.set("weight_write_en", 1)
+            io.set("weight_write_armed", 1)
             await io.tick()
     io.set("weight_write_en", 0)
+    io.set("weight_write_armed", 0)
 
 
 def rest_cycles(cfg):

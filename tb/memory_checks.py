@@ -15,13 +15,42 @@ class MemoryPorts:
     """Drives one read and one write per cycle from a schedule and records what the block
     returns one cycle later (its read latency)."""
 
-    def __init__(self, schedule, write_fields, flags, *, lookahead=False):
+    def __init__(self, schedule, write_fields, flags, *, lookahead=False, skew=None):
         self.schedule = schedule            # list of (read or None, write or None)
         self.write_fields = write_fields    # {port suffix: (key, encode)}
         self.flags = flags                  # output flags sampled each cycle
         self.lookahead = lookahead          # drive next_write_en/addr: the next cycle's write
+        # (lanes, {port suffix: (bits per lane, whether the encoded value has a part per
+        # lane)}): every write port has a lane each, and lane j of a write comes
+        # lanes - 1 - j cycles before its last lane, whose cycle the schedule gives.
+        self.skew = skew
         self.index = 0
         self.samples = []
+
+    def _write(self, index):
+        return self.schedule[index][1] if 0 <= index < len(self.schedule) else None
+
+    def _drive_skewed(self, io, ports, at):
+        """Each lane's part of the write whose last lane comes ``lanes - 1 - j`` cycles
+        after ``at``, on ports ``{suffix: port name}``."""
+        lanes, widths = self.skew
+        values = {suffix: 0 for suffix in ports}
+        for j in range(lanes):
+            write = self._write(at + lanes - 1 - j)
+            if write is None:
+                continue
+            values["en"] |= 1 << j
+            for suffix in ports:
+                if suffix == "en":
+                    continue
+                bits, per_lane = widths[suffix]
+                key, encode = (("addr", int) if suffix == "addr"
+                               else self.write_fields[suffix])
+                value = int(encode(write[key]))
+                part = (value >> (j * bits) if per_lane else value) & ((1 << bits) - 1)
+                values[suffix] |= part << (j * bits)
+        for suffix, port in ports.items():
+            io.set(port, values[suffix])
 
     @property
     def done(self):
@@ -32,6 +61,14 @@ class MemoryPorts:
         io.set("read_en", int(read is not None))
         if read is not None:
             io.set("read_addr", read)
+        if self.skew:
+            self._drive_skewed(io, {"en": "write_en", "addr": "write_addr",
+                                    **{suffix: f"write_{suffix}" for suffix in self.write_fields}},
+                               self.index)
+            if self.lookahead:
+                self._drive_skewed(io, {"en": "next_write_en", "addr": "next_write_addr"},
+                                   self.index + 1)
+            return
         io.set("write_en", int(write is not None))
         if write is not None:
             io.set("write_addr", write["addr"])

@@ -1,5 +1,6 @@
 """Every block under amaranth.sim, against its golden model."""
 
+import functools
 import gc
 import importlib
 import warnings
@@ -64,6 +65,19 @@ def test_accumulators_without_the_stored_row_register(cfg, bench):
     benches = importlib.import_module("tpuer.tb.accumulators_tb").BENCHES
     run_pysim(AccumulatorMemory(cfg, register_stored_row=False), benches[bench], cfg,
               rng_for("accumulators-unregistered", bench, cfg), 0)
+
+
+@pytest.mark.parametrize("bench", list(importlib.import_module("tpuer.tb.accumulators_tb").BENCHES))
+@pytest.mark.parametrize("cfg", PYSIM_CONFIGS, ids=lambda c: c.name)
+def test_accumulators_with_skewed_lanes(cfg, bench):
+    """The accumulator memory as the iCE40's datapath uses it: each lane written as its
+    column leaves the array, ``cols - 1 - j`` cycles before the row's last lane, on the same
+    benches (a row read while its lanes are being written is undefined)."""
+    from tpuer.hw.accumulators import AccumulatorMemory
+    benches = importlib.import_module("tpuer.tb.accumulators_tb").BENCHES
+    run_pysim(AccumulatorMemory(cfg, skewed_lanes=True),
+              functools.partial(benches[bench], skewed_lanes=True), cfg,
+              rng_for("accumulators-skewed", bench, cfg))
 
 
 @pytest.mark.parametrize("bench", list(importlib.import_module("tpuer.tb.core_tb").BENCHES))

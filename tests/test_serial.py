@@ -326,5 +326,5 @@ def test_board_as_the_icebreaker_builds_it_on_icarus(tmp_path):
                           component=BoardHarness(BOARD_CONFIG, divisor=SIM_DIVISOR),
                           variant="ice40",
                           extra_sources=[ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA",
-                                                       "SB_RAM40_4K")])
+                                                       "SB_RAM40_4K", "SB_LUT4", "SB_CARRY")])
     assert backend.run(built, seed=seed(), testcase="board_program") == 1

@@ -1,6 +1,7 @@
 """The blocks' cocotb testbenches on Verilator and Icarus, each configuration built once."""
 
 import importlib
+import json
 
 import pytest
 
@@ -61,7 +62,8 @@ def test_a_failing_cocotb_test_fails_the_run(tmp_path):
                          ids=lambda c: c.name)
 def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
     """The matrix unit as the iCEBreaker's bitstream has it, two products in each SB_MAC16
-    (8x8 mode), on Icarus with Yosys's model of the primitive, against the golden model."""
+    (8x8 mode) and the Weight FIFO in block RAM, on Icarus with Yosys's models of the
+    primitives, against the golden model."""
     from amaranth_boards.icebreaker import ICEBreakerPlatform
     from tpuer.hw.matrix_unit import MatrixUnit
     require_simulator("icarus")
@@ -70,8 +72,37 @@ def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
     verilog = backend.to_verilog(component, platform=platform)
     assert verilog.count("SB_MAC16 ") == (cfg.rows * cfg.cols + 1) // 2
     built = backend.build("matrix_unit", cfg, "icarus", component=component, platform=platform,
-                          extra_sources=[ice40_models(tmp_path, "SB_MAC16")], variant="sb_mac16")
+                          extra_sources=[ice40_models(tmp_path, "SB_MAC16", "SB_RAM40_4K")],
+                          variant="sb_mac16")
     assert backend.run(built, seed=seed()) >= 2
+
+
+@pytest.mark.parametrize("block", ["accumulators", "skewed_accumulators", "datapath"])
+def test_block_as_the_icebreaker_has_it(block, tmp_path):
+    """The accumulator memory and the datapath elaborated for the iCEBreaker, on Icarus with
+    Yosys's models of the primitives, against the golden model: each accumulator lane in
+    block RAM of its own (in the datapath written as its column leaves the array), its sums
+    made by an adder that passes the word through in the LUTs of its carry chain; the
+    Weight FIFO in block RAM; the products in SB_MAC16 blocks."""
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    from tpuer.hw.accumulators import AccumulatorMemory
+    from tpuer.hw.export import build_block
+    require_simulator("icarus")
+    cfg = SIM_CONFIGS[3]        # memory depths that are not powers of two
+    # The memory reads the row it adds to a cycle ahead and stores the sum in the write's
+    # own cycle (store_after 0).
+    component, options = {
+        "accumulators": (lambda: build_block("accumulators", cfg), {"store_after": 0}),
+        "skewed_accumulators": (lambda: AccumulatorMemory(cfg, skewed_lanes=True),
+                                {"skewed_lanes": True}),
+        "datapath": (lambda: build_block("datapath", cfg), {}),
+    }[block]
+    built = backend.build(block.removeprefix("skewed_"), cfg, "icarus", component=component(),
+                          platform=ICEBreakerPlatform(), variant=f"ice40-{block}",
+                          extra_sources=[ice40_models(tmp_path, "SB_MAC16", "SB_RAM40_4K",
+                                                       "SB_LUT4", "SB_CARRY")])
+    ran = backend.run(built, seed=seed(), extra_env={"TPUER_BENCH_OPTIONS": json.dumps(options)})
+    assert ran >= 2
 
 
 def test_tpu_as_the_icebreaker_has_it(tmp_path):
@@ -89,14 +120,19 @@ def test_tpu_as_the_icebreaker_has_it(tmp_path):
     verilog = backend.to_verilog(component, platform=platform)
     assert verilog.count("SB_SPRAM256KA ") == 4
     assert verilog.count("SB_MAC16 ") == (cfg.rows * cfg.cols + 1) // 2
-    # the accumulator memory and its outside read port's copy, the Unified Buffer (256 x
-    # 16-bit blocks), and the activation unit's 32-bit parameters
-    acc_blocks = -(-cfg.cols * cfg.acc_width // 16) * -(-cfg.acc_depth // 256)
-    ub_blocks = -(-cfg.ub_lanes * cfg.operand_width // 16) * -(-cfg.ub_depth // 256)
-    assert verilog.count("SB_RAM40_4K ") == 2 * acc_blocks + ub_blocks + 2
+    # the accumulator memory (a lane at a time) and its outside read port's copy, the
+    # Unified Buffer, the weight memory and the Weight FIFO (256 x 16-bit blocks), and the
+    # activation unit's 32-bit parameters
+    def blocks(width, depth):
+        return -(-width // 16) * -(-depth // 256)
+    acc_blocks = cfg.cols * blocks(cfg.acc_width, cfg.acc_depth)
+    ub_blocks = blocks(cfg.ub_lanes * cfg.operand_width, cfg.ub_depth)
+    weight_blocks = (blocks(cfg.cols * cfg.operand_width, cfg.weight_memory_depth) +
+                     blocks(cfg.cols * cfg.operand_width, cfg.weight_fifo_depth))
+    assert verilog.count("SB_RAM40_4K ") == 2 * acc_blocks + ub_blocks + weight_blocks + 2
     built = backend.build("tpu", cfg, "icarus", component=build_block("tpu", cfg),
                           platform=platform, variant="ice40",
                           extra_sources=[ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA",
-                                                       "SB_RAM40_4K")])
+                                                       "SB_RAM40_4K", "SB_LUT4", "SB_CARRY")])
     benches = importlib.import_module("tpuer.tb.tpu_tb").BENCHES
     assert backend.run(built, seed=seed()) == len(benches)
