@@ -91,10 +91,10 @@ BOARDS = {b.name: b for b in [
                  host_read_queue=1),
           "iceprog", "ICEPROG", _ICE40_HINT,
           uart_note="the FTDI's second channel (/dev/ttyUSB1 on Linux)",
-          # At 94% of the logic cells the placement decides both the routing time and the
-          # Fmax. Placement estimates of seeds 1, 2, 5 and 6: 26.4, 25.6, 24.2, 24.9 MHz;
-          # seed 6 routed to 25.8 MHz in 9 minutes (beside other jobs). (Before, with 5,084
-          # cells: seed 5 reached 26.2 MHz, nextpnr's default 21.6 MHz.)
+          # Seed 6 routes the 4,455 cells (84%) to 25.9 MHz in about 3 minutes. (At 94% of
+          # the cells, where the placement decided both the routing time and the Fmax, the
+          # estimates of seeds 1, 2, 5 and 6 ran from 24.2 to 26.4 MHz; with 5,084 cells
+          # nextpnr's default seed reached 21.6 MHz.)
           seed=6),
     *[Board(f"ulx3s-{size.lower()}", f"Radiona ULX3S ({size}, ECP5 LFE5U-{size})", "ecp5",
             ("ulx3s", f"ULX3S_{size}_Platform"),
