@@ -18,8 +18,9 @@ class Board:
     """A board: ``platform`` names its amaranth-boards class (module, class), ``clock_mhz``
     is the clock the TPU runs at (made by the PLL from the board's oscillator), ``config``
     the TPU that fits it, ``programmer`` the tool that flashes it. ``seed`` is nextpnr's
-    placement seed (``None``: nextpnr's default); the tools are deterministic, so a seed
-    and the tool versions of ``pyproject.toml`` fix the result of a build."""
+    placement seed (``None``: nextpnr's default) and ``router`` its router (``None``: its
+    default, router1); the tools are deterministic, so a seed, a router and the tool
+    versions of ``pyproject.toml`` fix the result of a build."""
     name: str
     description: str
     family: str                  # "ice40" or "ecp5"
@@ -32,6 +33,7 @@ class Board:
     baud: int = 115200
     uart_note: str = ""
     seed: int | None = None
+    router: str | None = None
     extra: dict = field(default_factory=dict)
 
     def platform_class(self):

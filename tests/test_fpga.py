@@ -104,16 +104,25 @@ def test_board_top_level_elaborates_with_its_pll_and_uart(name):
 
 
 @pytest.mark.parametrize("family", ["ice40", "ecp5"])
-def test_the_placement_seed_reaches_nextpnr(family):
+def test_the_placement_seed_and_router_reach_nextpnr(family):
     from tpuer.fpga.build import tool_options
     b = next(b for b in BOARDS.values() if b.family == family)
     cfg = replace(b.config, rows=2, cols=2, ub_depth=16, acc_depth=16, weight_tiles=4,
                   program_depth=16)
-    plan = b.make_platform().prepare(BoardTop(b, cfg), name="tpuer", **tool_options(family, 7))
+    plan = b.make_platform().prepare(BoardTop(b, cfg), name="tpuer",
+                                     **tool_options(family, 7, "router2"))
     script = dict(plan.files)["build_tpuer.sh"]
     nextpnr = next(line for line in script.splitlines() if "NEXTPNR" in line and "--json" in line)
-    assert "--seed 7" in nextpnr
+    assert "--seed 7" in nextpnr and "--router router2" in nextpnr
     assert "--seed" not in str(tool_options(family, None))
+    assert "--router" not in str(tool_options(family, 7))
+
+
+def test_a_build_refuses_an_unknown_router_before_the_tools_run(tmp_path):
+    from tpuer.fpga.build import BuildError, build_board
+    with pytest.raises(BuildError, match="router must be one of router1, router2, not 'fast'"):
+        build_board("icebreaker", router="fast", build_dir=tmp_path / "build")
+    assert not (tmp_path / "build").exists()
 
 
 def test_build_command_lists_boards_and_refuses_unknown_ones():
@@ -127,6 +136,8 @@ def test_build_command_lists_boards_and_refuses_unknown_ones():
     assert steps.returncode == 1 and "activation_steps must be 0" in steps.stderr
     seed = run("build", "--board", "icebreaker", "--seed", "0")
     assert seed.returncode == 1 and "seed must be a positive integer, not 0" in seed.stderr
+    router = run("build", "--board", "icebreaker", "--router", "router3")
+    assert router.returncode == 2 and "invalid choice: 'router3'" in router.stderr
     clock = run("build", "--board", "icebreaker", "--clock-mhz", "0")
     assert clock.returncode == 1 and "clock target must be a positive number" in clock.stderr
     slow = run("build", "--board", "ulx3s-12f", "--clock-mhz", "0.01")

@@ -182,7 +182,7 @@ def _cmd_build(parser, args):
     try:
         build_board(args.board, rows=args.rows, cols=args.cols,
                     activation_steps=args.activation_steps, seed=args.seed,
-                    clock_mhz=args.clock_mhz, program=args.program)
+                    router=args.router, clock_mhz=args.clock_mhz, program=args.program)
     except (BuildError, ValueError) as error:
         print(f"tpuer build: {error}", file=sys.stderr)
         return 1
@@ -287,6 +287,8 @@ def build_parser():
                        help="the activation unit's steps per lane (default: the board's)")
     build.add_argument("--seed", type=int,
                        help="nextpnr's placement seed (default: the board's)")
+    build.add_argument("--router", choices=("router1", "router2"),
+                       help="nextpnr's router (default: the board's)")
     build.add_argument("--clock-mhz", type=float,
                        help="the clock target, made by the PLL (default: the board's; a "
                             "larger array may need a lower one)")
