@@ -16,8 +16,8 @@ What each block contributes (see the RTL for the reasons):
   in :class:`~tpuer.hw.sequencer.Sequencer`; an error first drains earlier work;
 * weight reader: a request is taken when the previous one has issued its last read; one
   row per cycle, 1 cycle after the request;
-* Weight FIFO (``SyncFIFOBuffered``): 2 cycles from write to read, ``weight_fifo_depth``
-  rows;
+* Weight FIFO (block RAM whose output is the head row): 2 cycles from write to read,
+  ``weight_fifo_depth`` rows;
 * weight loader: a row into the shadow weights per cycle until a whole tile waits there;
   a vector flagged ``new_tile`` waits for it (a weight-stall cycle);
 * datapath: the UB read (1 cycle) and a feed queue that keeps at most ``FEED_SLOTS`` rows
