@@ -49,7 +49,8 @@ class Sequencer(wiring.Component):
     requantisation overlap products. MATMUL rows stream one per cycle and
     consecutive instructions follow without a gap: the instruction under way is decoded from
     a register while the next one waits in another and the instruction memory
-    already reads the one after. A run begins with two cycles that fill this fetch stage.
+    already reads the one after (on an iCE40 the next one waits on the memory's output
+    instead). A run begins with two cycles that fill this fetch stage.
 
     Members
     -------
