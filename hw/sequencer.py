@@ -46,11 +46,10 @@ class Sequencer(wiring.Component):
     reads and host transfers included. READ_HOST and WRITE_HOST retire once the DMA engine
     takes them, and ACTIVATE once the activation issuer
     (:class:`~tpuer.hw.activation_issuer.ActivationIssuer`) does, so host transfers and
-    requantisation overlap products. MATMUL rows stream one per cycle and
-    consecutive instructions follow without a gap: the instruction under way is decoded from
-    a register while the next one waits in another and the instruction memory
-    already reads the one after (on an iCE40 the next one waits on the memory's output
-    instead). A run begins with two cycles that fill this fetch stage.
+    requantisation overlap products. MATMUL rows stream one per cycle and consecutive
+    instructions follow without a gap: the instruction under way is decoded from a register
+    while the next one waits in another (on an iCE40, on the memory's output) and the
+    memory already reads the one after. A run begins with two cycles that fill this stage.
 
     Members
     -------
