@@ -55,8 +55,8 @@ class AccumulatorMemory(wiring.Component):
     from ``next_write_addr``, and the write is added as it leaves the memory and stored at
     the end of its own cycle ``t`` (reads from ``t + 1`` on see it); ``write_pending`` and
     ``overflow`` keep their timing. ``register_stored_row=None`` (the default) leaves it out
-    on an iCE40 only. Without it the memory is block RAM without a bypass (on an iCE40
-    without Yosys's): the rule above means that a row is never read for an addition in the
+    on an iCE40 only. Without it the memory is a block RAM per lane without a bypass (on an
+    iCE40 without Yosys's): the rule above means that a row is never read for an addition in the
     cycle it is stored, and a read from outside in that cycle returns an undefined row (the
     datapath reads a row only once the matrix unit and ``write_pending`` are idle).
 
@@ -64,7 +64,7 @@ class AccumulatorMemory(wiring.Component):
     written apart, as a skewed wavefront leaves the systolic array: ``write_addr``,
     ``write_accumulate``, ``write_en``, ``next_write_addr`` and ``next_write_en`` have a
     lane each, and lane ``j`` of a row comes ``cols - 1 - j`` cycles before its last lane.
-    Each lane is its own block RAM, so no register lines the lanes up; the row is stored
+    As each lane has its own block RAM, no register lines the lanes up; the row is stored
     with its last lane, whose write ``write_pending``, ``overflow`` and ``range_error``
     tell of as above (``overflow`` for every lane of the row).
     """
