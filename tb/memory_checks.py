@@ -75,8 +75,7 @@ class MemoryPorts:
             for suffix, (key, encode) in self.write_fields.items():
                 io.set(f"write_{suffix}", encode(write[key]))
         if self.lookahead:
-            following = (self.schedule[self.index + 1][1]
-                         if self.index + 1 < len(self.schedule) else None)
+            following = self._write(self.index + 1)
             io.set("next_write_en", int(following is not None))
             if following is not None:
                 io.set("next_write_addr", following["addr"])
