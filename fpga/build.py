@@ -44,10 +44,10 @@ _DSP_MIN_WIDTH = 8
 
 def multipliers_needed(rtlil, family):
     """At least how many hard multipliers the design in ``rtlil`` (Amaranth's RTLIL text)
-    takes on a device of ``family``: the SB_MAC16 blocks it instantiates, and for each
-    product of two variable factors of 8 bits or more, the pieces it is split into (a
-    factor wider than the multiplier in pieces a bit narrower, as a signed factor's lower
-    pieces lose their sign bit). ``rtlil`` may be text or bytes, as a build plan holds it."""
+    takes on a device of ``family``: the SB_MAC16 and MULT18X18D blocks it instantiates,
+    and for each product of two variable factors of 8 bits or more, the pieces it is split
+    into (a factor wider than the multiplier in pieces a bit narrower, as a signed factor's
+    lower pieces lose their sign bit). ``rtlil`` may be text or bytes, as a build plan holds it."""
     if isinstance(rtlil, bytes):
         rtlil = rtlil.decode()
     width = DSP_WIDTH[family]
@@ -55,7 +55,7 @@ def multipliers_needed(rtlil, family):
     def pieces(bits):
         return 1 if bits <= width else 1 + -(-(bits - width) // (width - 1))
 
-    needed = rtlil.count("cell \\SB_MAC16 ")
+    needed = rtlil.count("cell \\SB_MAC16 ") + rtlil.count("cell \\MULT18X18D ")
     for body in re.findall(r"^\s*cell \$mul \S+\n(.*?)^\s*end$", rtlil, re.M | re.S):
         params = dict(re.findall(r"parameter \\(\w+) (\S+)", body))
         factors = dict(re.findall(r"connect \\([AB]) (.+)", body))

@@ -5,6 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arith import saturate
+from .registered_multiplier import RegisteredMultiplier
 
 __all__ = ["ActivationUnit", "activation_unit", "activation_latency", "PARAM_WRITE_LAYOUT"]
 
@@ -54,20 +55,21 @@ def high_half(m, cfg, prod, suffix=""):
     return high
 
 
-def partial_products(x, multiplier):
-    """Stage 2a: the four 16 x 16-bit products of the signed 32-bit ``x * multiplier``
-    (high halves signed, low halves unsigned), each of which fits one DSP multiplier."""
+def partial_operands(x, multiplier):
+    """Stage 2a: the operands of the four 16 x 16-bit products of the signed 32-bit
+    ``x * multiplier`` (high halves signed, low halves unsigned), each of which fits one
+    DSP multiplier."""
     x = x.as_signed()
     if x.shape().width < 32:
         x = Cat(x, x[-1].replicate(32 - x.shape().width))
     x_low, x_high = x[:16], x[16:32].as_signed()
     multiplier = Value.cast(multiplier)
     m_low, m_high = multiplier[:16], multiplier[16:32].as_signed()
-    return [x_high * m_high, x_high * m_low, x_low * m_high, x_low * m_low]
+    return [(x_high, m_high), (x_high, m_low), (x_low, m_high), (x_low, m_low)]
 
 
 def product_sum(products):
-    """Stage 2b: ``x * multiplier`` from :func:`partial_products`."""
+    """Stage 2b: ``x * multiplier`` from the products of :func:`partial_operands`."""
     high_high, high_low, low_high, low_low = products
     return (high_high << 32) + ((high_low + low_high) << 16) + low_low
 
@@ -150,8 +152,10 @@ class ActivationUnit(wiring.Component):
         A row is inside the pipeline.
 
     Stages: the row straight from the accumulator memory into registers; bias; four
-    16 x 16-bit partial products (a DSP multiplier each); their sum; the
-    high half; the right shift with the rounding decision (from masks kept in registers,
+    16 x 16-bit partial products (a
+    :class:`~tpuer.hw.registered_multiplier.RegisteredMultiplier` each, whose operand
+    registers hold the biased word and the multiplier, and whose product register is the
+    stage's); their sum; the high half; the right shift with the rounding decision (from masks kept in registers,
     see :func:`rounding_masks`); rounding, zero point and clamp.
 
     Latency: :attr:`latency` (7) cycles from ``i`` to ``o`` with no back-pressure; the
@@ -198,9 +202,18 @@ class ActivationUnit(wiring.Component):
         valid = [Signal(name=f"s{k + 1}_valid") for k in range(stages)]
         tags = [Signal(self._tag_shape, name=f"s{k + 1}_tag") for k in range(stages)]
         row = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
-        x = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
-        products = [[Signal(signed(34), name=f"s2_product{k}_{lane}") for k in range(4)]
-                    for lane in range(cfg.cols)]
+        # Each lane's biased word and multiplier go into the operand registers of its four
+        # multipliers, whose product registers are the next stage.
+        products = []
+        for lane in range(cfg.cols):
+            x = biased(cfg, row[lane], p.bias[lane])
+            products.append([])
+            for k, (a, b) in enumerate(partial_operands(x, p.multiplier[lane])):
+                multiplier = RegisteredMultiplier(a.shape(), b.shape(), enable=True)
+                m.submodules[f"multiplier{k}_{lane}"] = multiplier
+                m.d.comb += [multiplier.a.eq(a), multiplier.b.eq(b),
+                             multiplier.en.eq(advance)]
+                products[lane].append(multiplier.p)
         prod = Signal(data.ArrayLayout(signed(64), cfg.cols))
         high = Signal(data.ArrayLayout(signed(32), cfg.cols))
         truncated = Signal(data.ArrayLayout(signed(32), cfg.cols))
@@ -226,9 +239,6 @@ class ActivationUnit(wiring.Component):
                     high[lane], p.shift[lane], *masks[lane])
                 m.d.sync += [
                     row[lane].eq(self.i.payload.data[lane]),
-                    x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
-                    *(product.eq(value) for product, value in
-                      zip(products[lane], partial_products(x[lane], p.multiplier[lane]))),
                     prod[lane].eq(product_sum(products[lane])),
                     high[lane].eq(high_half(m, cfg, prod[lane], f"_{lane}")),
                     truncated[lane].eq(lane_shifted),

@@ -83,11 +83,11 @@ class Datapath(wiring.Component):
 
     Latency: a ``matmul`` command accepted in cycle ``t`` has its accumulator row written at
     the end of cycle ``t + 4 + M`` (:attr:`matmul_latency`; ``M`` is the matrix unit's
-    :func:`~tpuer.hw.matrix_unit.matrix_unit_latency`, ``rows + cols + 1``); an ``activate``
-    accepted in cycle ``t`` writes its UB row at the end of cycle ``t + 1 + L``
-    (:attr:`activate_latency`), where ``L`` is the activation unit's latency (7; with
-    ``cfg.activation_steps``, ``cols * (steps + 37) + 1``, and the next ``activate`` is taken
-    only when the unit can take its row).
+    :func:`~tpuer.hw.matrix_unit.matrix_unit_latency`, ``rows + cols + multiply_latency``);
+    an ``activate`` accepted in cycle ``t`` writes its UB row at the end of cycle
+    ``t + 1 + L`` (:attr:`activate_latency`), where ``L`` is the activation unit's latency
+    (7; with ``cfg.activation_steps``, ``cols * (steps + 37) + 1``, and the next
+    ``activate`` is taken only when the unit can take its row).
     """
 
     def __init__(self, cfg):

@@ -13,10 +13,11 @@ __all__ = ["MatrixUnit", "matrix_unit_latency"]
 
 def matrix_unit_latency(cfg):
     """Cycles from the matrix unit's accepting a vector to its result: one in the input
-    register, one in the cells' product registers, ``rows`` down the array and ``cols - 1``
-    across it (the skew of the last column, which the output deskew gives every column).
-    The datapath, the cycle model and the compiler's schedules all take it from here."""
-    return cfg.rows + cfg.cols + 1
+    register, ``cfg.multiply_latency`` in the cells' multipliers, ``rows`` down the array
+    and ``cols - 1`` across it (the skew of the last column, which the output deskew gives
+    every column). The datapath, the cycle model and the compiler's schedules all take it
+    from here."""
+    return cfg.rows + cfg.cols + cfg.multiply_latency
 
 
 class MatrixUnit(wiring.Component):
@@ -65,7 +66,7 @@ class MatrixUnit(wiring.Component):
         unused (the tools remove them).
 
     Latency: a vector accepted in cycle ``t`` leaves in cycle ``t + latency`` where
-    :attr:`latency` is :func:`matrix_unit_latency` (``rows + cols + 1``).
+    :attr:`latency` is :func:`matrix_unit_latency` (``rows + cols + multiply_latency``).
     """
 
     def __init__(self, cfg, *, tag_shape=unsigned(16)):

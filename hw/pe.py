@@ -4,6 +4,8 @@ from amaranth.hdl import Cat, Module, Shape, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .registered_multiplier import RegisteredMultiplier
+
 __all__ = ["ProcessingElement"]
 
 
@@ -14,7 +16,10 @@ class ProcessingElement(wiring.Component):
     adds the product of the cycle before to ``psum_in``; it passes the sum down
     (``psum_out``) and the activation right (``act_out``), each through one register. The
     product register keeps the multiplier out of the adder's path (a DSP block's own
-    register where there is one), at one more cycle of latency for the whole array.
+    register where there is one), at one more cycle of latency for the whole array. With
+    ``multiply_latency`` 2 the operands are registered too
+    (:class:`~tpuer.hw.registered_multiplier.RegisteredMultiplier`), and the product of
+    ``act_in`` is added two cycles later.
 
     The weight is double-buffered: ``weight_in`` is written into the *shadow* weight when
     ``weight_load`` is high, while the *active* weight keeps computing. ``switch_in`` travels
@@ -44,16 +49,25 @@ class ProcessingElement(wiring.Component):
         With ``shared_multiplier``: the multiplier holds the active weight itself (the
         DSP's B register, loaded while ``switch_in`` is high), so ``factor_weight`` is the
         shadow weight and the cell keeps no active weight of its own.
+    multiply_latency : int
+        Cycles from ``act_in`` to its product: 1 or 2 (not with ``shared_multiplier``).
 
     Latency: 1 cycle from ``act_in``/``switch_in`` to ``act_out``/``switch_out`` and from
-    ``psum_in`` to ``psum_out``; 2 cycles from ``act_in`` to ``psum_out``.
+    ``psum_in`` to ``psum_out``; ``1 + multiply_latency`` cycles from ``act_in`` to
+    ``psum_out``.
     """
 
     def __init__(self, *, operand_shape, acc_shape, shared_multiplier=False,
-                 active_outside=False, sum_outside=False):
+                 active_outside=False, sum_outside=False, multiply_latency=1):
         for name, flag in (("active_outside", active_outside), ("sum_outside", sum_outside)):
             if flag and not shared_multiplier:
                 raise ValueError(f"{name} needs shared_multiplier")
+        if multiply_latency not in (1, 2):
+            raise ValueError(f"multiply_latency must be 1 or 2, not {multiply_latency!r}")
+        if shared_multiplier and multiply_latency != 1:
+            raise ValueError("a shared multiplier gives its product a cycle after the "
+                             "operands: multiply_latency must be 1")
+        self._multiply_latency = multiply_latency
         self._sum_outside = sum_outside
         self._active_outside = active_outside
         self._operand_shape = Shape.cast(operand_shape)
@@ -89,6 +103,10 @@ class ProcessingElement(wiring.Component):
             m.d.comb += [self.factor_act.eq(self.act_in),
                          self.factor_weight.eq(shadow if self._active_outside else active)]
             product = self.product
+        elif self._multiply_latency == 2:
+            m.submodules.multiplier = multiplier = RegisteredMultiplier(self._operand_shape)
+            m.d.comb += [multiplier.a.eq(self.act_in), multiplier.b.eq(active)]
+            product = multiplier.p
         else:
             product = Signal(signed(2 * self._operand_shape.width))
             m.d.sync += product.eq(self.act_in * active)

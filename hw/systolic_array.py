@@ -33,9 +33,11 @@ class SystolicArray(wiring.Component):
     partial sums in the DSP's accumulator registers.
 
     Latency: an activation entering lane ``i`` in cycle ``t`` is multiplied in column ``j``
-    in cycle ``t + j`` and its product summed in the cycle after; the sum of a vector whose
-    lane 0 entered in cycle ``t`` leaves column ``j`` in cycle ``t + rows + j + 1``
-    (``psum_out`` is a register output).
+    in cycle ``t + j`` and its product summed ``cfg.multiply_latency`` cycles later; the
+    sum of a vector whose lane 0 entered in cycle ``t`` leaves column ``j`` in cycle
+    ``t + rows + j + multiply_latency`` (``psum_out`` is a register output). With
+    ``multiply_latency`` 2 each cell's operands are registered as well as its product (on
+    an ECP5 in the MULT18X18D's own registers).
 
     Members
     -------
@@ -86,6 +88,10 @@ class SystolicArray(wiring.Component):
         # The partial sum leaving row i holds i + 1 products: no wider than it must be.
         product_width = 2 * cfg.operand_width
         shared = uses_sb_mac16(platform, cfg.operand_shape)
+        if shared and cfg.multiply_latency != 1:
+            raise ValueError(f"the iCE40 UltraPlus's cells share SB_MAC16 blocks, whose "
+                             f"products come a cycle after the operands: multiply_latency "
+                             f"must be 1 there, not {cfg.multiply_latency}")
         pairs, single = self._dsp_pairs() if shared else ([], [])
         outside = {cell for pair in pairs for cell in pair}
         # The DSP's 16-bit adders hold the partial sums of the top two rows (17 bits at most:
@@ -96,7 +102,8 @@ class SystolicArray(wiring.Component):
                                   acc_shape=signed(product_width + ceil_log2(i + 1)),
                                   shared_multiplier=shared,
                                   active_outside=(i, j) in outside,
-                                  sum_outside=(i, j) in summed)
+                                  sum_outside=(i, j) in summed,
+                                  multiply_latency=cfg.multiply_latency)
                 for j in range(cfg.cols)] for i in range(cfg.rows)]
         for i, row in enumerate(pes):
             for j, pe in enumerate(row):

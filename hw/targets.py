@@ -1,6 +1,6 @@
 """What the blocks ask of the platform they are elaborated for."""
 
-__all__ = ["is_ice40", "is_ice40_ultraplus"]
+__all__ = ["is_ecp5", "is_ice40", "is_ice40_ultraplus"]
 
 
 def is_ice40(platform):
@@ -12,3 +12,9 @@ def is_ice40(platform):
 def is_ice40_ultraplus(platform):
     """Elaborated for an iCE40 UltraPlus, the iCE40 with DSPs (SB_MAC16) and SPRAM."""
     return is_ice40(platform) and platform.device.startswith("iCE40UP")
+
+
+def is_ecp5(platform):
+    """Elaborated for a Lattice ECP5 (hard multipliers: MULT18X18D)."""
+    from amaranth.vendor import LatticePlatform
+    return isinstance(platform, LatticePlatform) and platform.family == "ecp5"

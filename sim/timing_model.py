@@ -23,8 +23,8 @@ What each block contributes (see the RTL for the reasons):
 * datapath: the UB read (1 cycle) and a feed queue that keeps at most ``FEED_SLOTS`` rows
   in flight;
   a row that adds to the accumulator row of the row before waits a cycle;
-  :func:`~tpuer.hw.matrix_unit.matrix_unit_latency` (``rows + cols + 1``) cycles through the
-  matrix unit; 2 more to commit into the accumulators;
+  :func:`~tpuer.hw.matrix_unit.matrix_unit_latency` (``rows + cols + multiply_latency``)
+  cycles through the matrix unit; 2 more to commit into the accumulators;
   the activation unit's latency (7, or ``cols * (activation_steps + 37) + 1`` for the
   lane-serial unit, which takes a row only when it is empty);
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,

@@ -20,7 +20,7 @@ __all__ = ["bench_pe", "bench_skew", "bench_array", "bench_weight_fifo"]
 
 async def bench_pe(io, cfg, rng, cycles=300):
     """Random activations, partial sums, weight loads and switches, cycle by cycle."""
-    model = ProcessingElementModel(cfg.acc_width)
+    model = ProcessingElementModel(cfg.acc_width, cfg.multiply_latency)
     op, acc = Codec(cfg.operand_shape), Codec(cfg.acc_shape)
     lo, hi = cfg.operand_min, cfg.operand_max + 1
     flag = Codec(1)
@@ -60,7 +60,7 @@ async def bench_skew(io, cfg, rng, reverse=False, cycles=60):
 async def bench_array(io, cfg, rng, tiles=3, batch=None):
     """Drives the bare array with hand-made skew: load a tile through the weight bus,
     switch, stream vectors; each column sum must leave at the documented cycle
-    ``t + rows + j + 1`` and equal ``x @ W``."""
+    ``t + rows + j + multiply_latency`` and equal ``x @ W``."""
     batch = batch or cfg.rows + 1
     weight_codec = Codec(data.ArrayLayout(cfg.operand_shape, cfg.cols))
     act_codec = Codec(data.ArrayLayout(cfg.operand_shape, cfg.rows))
@@ -80,9 +80,9 @@ async def bench_array(io, cfg, rng, tiles=3, batch=None):
             start = len(schedule)
             y = model.vector(x, new_tile=(k == 0))
             for j in range(cfg.cols):
-                expected[(start + cfg.rows + j + 1, j)] = int(y[j])
+                expected[(start + cfg.rows + j + cfg.multiply_latency, j)] = int(y[j])
             schedule.append((None, 0, x, 0))
-    horizon = len(schedule) + cfg.rows + cfg.cols + 2
+    horizon = len(schedule) + cfg.rows + cfg.cols + cfg.multiply_latency + 1
     lanes_act = np.zeros((horizon, cfg.rows), dtype=np.int64)
     lanes_switch = np.zeros((horizon, cfg.rows), dtype=np.int64)
     for cycle, (_, _, x, switch) in enumerate(schedule):

@@ -21,7 +21,7 @@ from conftest import CORE_CONFIGS, seed
 PYSIM_CONFIGS = [
     Config(rows=2, cols=2),
     Config(rows=3, cols=5, ub_depth=20, acc_depth=12, weight_fifo_tiles=2),
-    Config(rows=4, cols=8, ub_depth=100, acc_depth=60),
+    Config(rows=4, cols=8, ub_depth=100, acc_depth=60, multiply_latency=2),
     Config(rows=1, cols=1, operand_width=4, acc_width=8, ub_depth=3, acc_depth=3,
            weight_fifo_tiles=2),
 ]
@@ -96,7 +96,8 @@ def test_tpu_host_command_set(cfg, bench):
 
 @pytest.mark.parametrize("cfg", PYSIM_CONFIGS, ids=lambda c: c.name)
 def test_processing_element(cfg):
-    pe = ProcessingElement(operand_shape=cfg.operand_shape, acc_shape=cfg.acc_shape)
+    pe = ProcessingElement(operand_shape=cfg.operand_shape, acc_shape=cfg.acc_shape,
+                           multiply_latency=cfg.multiply_latency)
     run_pysim(pe, blocks_tb.bench_pe, cfg, rng_for("pe", cfg))
 
 

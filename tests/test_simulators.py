@@ -77,6 +77,37 @@ def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
     assert backend.run(built, seed=seed()) >= 2
 
 
+@pytest.mark.parametrize("block, cfg", [
+    ("matrix_unit", Config(rows=4, cols=4, multiply_latency=2)),
+    ("matrix_unit", Config(rows=3, cols=2, multiply_latency=2)),
+    ("matrix_unit", Config(rows=2, cols=3)),
+    ("activation", Config(rows=2, cols=3)),
+    ("datapath", Config(rows=3, cols=4, ub_depth=20, acc_depth=12, multiply_latency=2)),
+], ids=lambda value: getattr(value, "name", value))
+def test_block_with_products_in_mult18x18d(block, cfg, tmp_path):
+    """Blocks as the ULX3S's bitstream has them, on Icarus with tpuer's model of the
+    MULT18X18D, against the golden model: with ``multiply_latency`` 2 each array cell's
+    operands and product held in a MULT18X18D's own registers (with 1, no instance: Yosys
+    maps the multiplication); the activation unit's biased words, multipliers and partial
+    products in the registers of four of them a lane."""
+    from importlib.resources import files
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+    from tpuer.hw.export import build_block
+    require_simulator("icarus")
+    platform = ULX3S_85F_Platform()
+    component = build_block(block, cfg)
+    verilog = backend.to_verilog(component, platform=platform)
+    in_array = cfg.rows * cfg.cols if cfg.multiply_latency == 2 else 0
+    instances = {"matrix_unit": in_array, "activation": 4 * cfg.cols,
+                 "datapath": in_array + 4 * cfg.cols}[block]
+    assert verilog.count("MULT18X18D ") == instances
+    model = tmp_path / "ecp5_models.v"
+    model.write_text((files("tpuer.tb") / "ecp5_models.v").read_text())
+    built = backend.build(block, cfg, "icarus", component=component, platform=platform,
+                          extra_sources=[model], variant="mult18x18d")
+    assert backend.run(built, seed=seed()) >= 2
+
+
 @pytest.mark.parametrize("block", ["accumulators", "skewed_accumulators", "datapath"])
 def test_block_as_the_icebreaker_has_it(block, tmp_path):
     """The accumulator memory and the datapath elaborated for the iCEBreaker, on Icarus with

@@ -22,6 +22,8 @@ _CONFIG_OPTIONS = [
                          "multiplication in that many steps"),
     ("host_read_queue", "rows of the host read answer queue (2: a row per cycle, 1: every "
                         "other cycle, smaller)"),
+    ("multiply_latency", "cycles from a cell's activation to its product (2: the operands "
+                         "registered too, for fast clocks)"),
 ]
 
 

@@ -63,6 +63,13 @@ class Config:
         Rows the queue of answers to the host's memory reads holds. 2 (the default) lets a
         host that keeps up read a row per cycle; 1 a row every other cycle, on a row's
         worth of flip-flops less, for small FPGAs.
+    multiply_latency : int
+        Cycles from an activation entering a cell of the systolic array to its product. 1
+        (the default): the product is registered. 2: the operands are registered too, so
+        that the multiplier (a DSP block that may sit far from the cell's logic) has a
+        clock period of its own and neither the routing to it nor the routing from it
+        shares one with the multiplication; for fast clocks on the ECP5, whose MULT18X18D
+        holds all three registers. The matrix unit's latency grows by a cycle.
 
     Raises
     ------
@@ -81,6 +88,7 @@ class Config:
     program_depth: int = 1024
     activation_steps: int = 0
     host_read_queue: int = 2
+    multiply_latency: int = 1
 
     def __post_init__(self):
         _check_int("rows", self.rows, 1, 256)
@@ -102,6 +110,7 @@ class Config:
             raise ConfigError(f"activation_steps must be 0 (all lanes at once) or one of 1, 2, "
                               f"4, 8, 16, 32 (steps per lane), not {self.activation_steps!r}")
         _check_int("host_read_queue", self.host_read_queue, 1, 2)
+        _check_int("multiply_latency", self.multiply_latency, 1, 2)
         if self.weight_fifo_tiles * self.rows < 2:
             raise ConfigError(
                 "the Weight FIFO must hold at least 2 rows to pass one row per cycle: "
@@ -211,6 +220,8 @@ class Config:
             name += f"-as{self.activation_steps}"
         if self.host_read_queue != defaults.host_read_queue:
             name += f"-hq{self.host_read_queue}"
+        if self.multiply_latency != defaults.multiply_latency:
+            name += f"-ml{self.multiply_latency}"
         return name
 
     def as_dict(self):
