@@ -83,10 +83,6 @@ _ECP5_PLACEMENT = {"85F": {"router": "router2"}, "12F": {"seed": 1}}
 #: The 8x8 TPU of the ECP5 boards, with room for the demo networks: 64 multipliers in the
 #: array and 32 in the activation unit (four 16 x 16-bit pieces a lane).
 _ECP5_CONFIG = Config(rows=8, cols=8, ub_depth=1024, acc_depth=256, weight_tiles=64)
-#: The LFE5U-85F's, for 100 MHz: each cell's operands and product in its MULT18X18D's
-#: registers (``multiply_latency`` 2), so that the DSP blocks, which the placer may put far
-#: from the cells' logic, have no path through the fabric and through themselves.
-_ECP5_85F_CONFIG = replace(_ECP5_CONFIG, multiply_latency=2)
 #: The LFE5U-45F has 72 multipliers, so its 8x8 TPU requantises a lane at a time, with two.
 _ECP5_45F_CONFIG = replace(_ECP5_CONFIG, activation_steps=2)
 #: The LFE5U-12F and -25F have 28: a 4x4 array (16) and the lane-serial activation unit (2).
@@ -109,7 +105,7 @@ BOARDS = {b.name: b for b in [
     *[Board(f"ulx3s-{size.lower()}", f"Radiona ULX3S ({size}, ECP5 LFE5U-{size})", "ecp5",
             ("ulx3s", f"ULX3S_{size}_Platform"),
             _ECP5_MEASURED_CLOCK_MHZ.get(size, ECP5_CLOCK_MHZ),
-            {"45F": _ECP5_45F_CONFIG, "85F": _ECP5_85F_CONFIG}.get(size, _ECP5_SMALL_CONFIG),
+            {"45F": _ECP5_45F_CONFIG, "85F": _ECP5_CONFIG}.get(size, _ECP5_SMALL_CONFIG),
             "openFPGALoader", "OPENFPGALOADER", _ECP5_HINT,
             uart_note="the FTDI's serial port (/dev/ttyUSB0 on Linux)",
             **_ECP5_PLACEMENT.get(size, {}))

@@ -152,11 +152,11 @@ class ActivationUnit(wiring.Component):
         A row is inside the pipeline.
 
     Stages: the row straight from the accumulator memory into registers; bias; four
-    16 x 16-bit partial products (a
-    :class:`~tpuer.hw.registered_multiplier.RegisteredMultiplier` each, whose operand
-    registers hold the biased word and the multiplier, and whose product register is the
-    stage's); their sum; the high half; the right shift with the rounding decision (from masks kept in registers,
-    see :func:`rounding_masks`); rounding, zero point and clamp.
+    16 x 16-bit partial products (a DSP multiplier each; with ``cfg.multiply_latency`` 2 a
+    :class:`~tpuer.hw.registered_multiplier.RegisteredMultiplier`, whose operand
+    registers hold the biased word and the multiplier and whose product register is the
+    stage's); their sum; the high half; the right shift with the rounding decision (from
+    masks kept in registers, see :func:`rounding_masks`); rounding, zero point and clamp.
 
     Latency: :attr:`latency` (7) cycles from ``i`` to ``o`` with no back-pressure; the
     whole pipeline holds while ``o.valid & ~o.ready``.
@@ -202,18 +202,26 @@ class ActivationUnit(wiring.Component):
         valid = [Signal(name=f"s{k + 1}_valid") for k in range(stages)]
         tags = [Signal(self._tag_shape, name=f"s{k + 1}_tag") for k in range(stages)]
         row = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
-        # Each lane's biased word and multiplier go into the operand registers of its four
-        # multipliers, whose product registers are the next stage.
-        products = []
-        for lane in range(cfg.cols):
-            x = biased(cfg, row[lane], p.bias[lane])
-            products.append([])
-            for k, (a, b) in enumerate(partial_operands(x, p.multiplier[lane])):
-                multiplier = RegisteredMultiplier(a.shape(), b.shape(), enable=True)
-                m.submodules[f"multiplier{k}_{lane}"] = multiplier
-                m.d.comb += [multiplier.a.eq(a), multiplier.b.eq(b),
-                             multiplier.en.eq(advance)]
-                products[lane].append(multiplier.p)
+        # With multiply_latency 2 (fast clocks), each lane's biased word and multiplier go
+        # into the operand registers of its four multipliers, whose product registers are
+        # the next stage; otherwise the biased word has a register of its own and the
+        # products are multiplied from it into theirs.
+        registered = cfg.multiply_latency == 2
+        if registered:
+            products = []
+            for lane in range(cfg.cols):
+                products.append([])
+                x = biased(cfg, row[lane], p.bias[lane])
+                for k, (a, b) in enumerate(partial_operands(x, p.multiplier[lane])):
+                    multiplier = RegisteredMultiplier(a.shape(), b.shape(), enable=True)
+                    m.submodules[f"multiplier{k}_{lane}"] = multiplier
+                    m.d.comb += [multiplier.a.eq(a), multiplier.b.eq(b),
+                                 multiplier.en.eq(advance)]
+                    products[lane].append(multiplier.p)
+        else:
+            x = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
+            products = [[Signal(signed(34), name=f"s2_product{k}_{lane}") for k in range(4)]
+                        for lane in range(cfg.cols)]
         prod = Signal(data.ArrayLayout(signed(64), cfg.cols))
         high = Signal(data.ArrayLayout(signed(32), cfg.cols))
         truncated = Signal(data.ArrayLayout(signed(32), cfg.cols))
@@ -239,6 +247,10 @@ class ActivationUnit(wiring.Component):
                     high[lane], p.shift[lane], *masks[lane])
                 m.d.sync += [
                     row[lane].eq(self.i.payload.data[lane]),
+                    *([] if registered else [
+                        x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
+                        *(product.eq(a * b) for product, (a, b) in
+                          zip(products[lane], partial_operands(x[lane], p.multiplier[lane])))]),
                     prod[lane].eq(product_sum(products[lane])),
                     high[lane].eq(high_half(m, cfg, prod[lane], f"_{lane}")),
                     truncated[lane].eq(lane_shifted),

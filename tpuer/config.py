@@ -69,7 +69,9 @@ class Config:
         that the multiplier (a DSP block that may sit far from the cell's logic) has a
         clock period of its own and neither the routing to it nor the routing from it
         shares one with the multiplication; for fast clocks on the ECP5, whose MULT18X18D
-        holds all three registers. The matrix unit's latency grows by a cycle.
+        holds all three registers. The all-lanes activation unit's multipliers then keep
+        their operands in such registers too, at its same latency. The matrix unit's
+        latency grows by a cycle.
 
     Raises
     ------
