@@ -47,7 +47,8 @@ def multipliers_needed(rtlil, family):
     takes on a device of ``family``: the SB_MAC16 and MULT18X18D blocks it instantiates,
     and for each product of two variable factors of 8 bits or more, the pieces it is split
     into (a factor wider than the multiplier in pieces a bit narrower, as a signed factor's
-    lower pieces lose their sign bit). ``rtlil`` may be text or bytes, as a build plan holds it."""
+    lower pieces lose their sign bit). ``rtlil`` may be text or bytes, as a build plan
+    holds it."""
     if isinstance(rtlil, bytes):
         rtlil = rtlil.decode()
     width = DSP_WIDTH[family]

@@ -245,12 +245,14 @@ class ActivationUnit(wiring.Component):
             for lane in range(cfg.cols):
                 lane_shifted, lane_round_up, lane_beyond = shifted_right(
                     high[lane], p.shift[lane], *masks[lane])
+                # Without the multipliers' own registers: the biased word, then products.
+                operand_stage = [] if registered else [
+                    x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
+                    *(product.eq(a * b) for product, (a, b) in
+                      zip(products[lane], partial_operands(x[lane], p.multiplier[lane])))]
                 m.d.sync += [
                     row[lane].eq(self.i.payload.data[lane]),
-                    *([] if registered else [
-                        x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
-                        *(product.eq(a * b) for product, (a, b) in
-                          zip(products[lane], partial_operands(x[lane], p.multiplier[lane])))]),
+                    *operand_stage,
                     prod[lane].eq(product_sum(products[lane])),
                     high[lane].eq(high_half(m, cfg, prod[lane], f"_{lane}")),
                     truncated[lane].eq(lane_shifted),

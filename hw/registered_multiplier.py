@@ -48,7 +48,6 @@ class RegisteredMultiplier(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        enable = self.en if self._enable else 1
         if is_ecp5(platform) and self._fits_dsp():
             product = Signal(2 * ECP5_OPERAND_BITS)
             ports = {}
@@ -68,7 +67,8 @@ class RegisteredMultiplier(wiring.Component):
                 p_GSR="DISABLED",
                 p_RESETMODE="SYNC",
                 i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
-                i_CLK0=ClockSignal(), i_CE0=enable, i_RST0=ResetSignal(),
+                i_CLK0=ClockSignal(), i_CE0=self.en if self._enable else 1,
+                i_RST0=ResetSignal(),
                 **ports)
             m.d.comb += self.p.eq(product[:len(self.p)])
         else:
