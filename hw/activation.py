@@ -26,11 +26,18 @@ def activation_unit(cfg, *, tag_shape=unsigned(16)):
 
 
 def activation_latency(cfg):
-    """Cycles from a row entering the activation unit of ``cfg`` to its result: 7, or
-    ``cols * (activation_steps + 37) + 1`` for the lane-serial unit."""
+    """Cycles from a row entering the activation unit of ``cfg`` to its result: 7 (9 with
+    ``multiply_latency`` 2), or ``cols * (activation_steps + 37) + 1`` for the lane-serial
+    unit."""
     if cfg.activation_steps:
         return cfg.cols * (cfg.activation_steps + 37) + 1
-    return ActivationUnit.latency
+    return all_lanes_latency(cfg)
+
+
+def all_lanes_latency(cfg):
+    """The latency of :class:`ActivationUnit` for ``cfg``: 7, or 9 with
+    ``multiply_latency`` 2."""
+    return 9 if cfg.multiply_latency == 2 else 7
 
 
 def biased(cfg, acc, bias):
@@ -48,10 +55,20 @@ def high_half(m, cfg, prod, suffix=""):
     quotient toward zero is flooring it after adding ``2**31 - 1``: ``1 - 2**30 + 2**31 - 1
     = 2**30``. Either way the result is ``floor((prod + 2**30) / 2**31)``: one constant
     nudge and an arithmetic shift, no sign test and no correction."""
-    q31 = cfg.multiplier_width - 1
     nudged = Signal(signed(prod.shape().width + 1), name=f"nudged{suffix}")
-    m.d.comb += nudged.eq(prod + (1 << (q31 - 1)))
-    high, _ = saturate(nudged >> q31, signed(32))
+    m.d.comb += nudged.eq(prod + nudge(cfg))
+    return high_of_nudged(cfg, nudged)
+
+
+def nudge(cfg):
+    """The constant of :func:`high_half`: ``2**30`` for a Q0.31 multiplier."""
+    return 1 << (cfg.multiplier_width - 2)
+
+
+def high_of_nudged(cfg, nudged):
+    """The end of :func:`high_half`: the nudged product shifted right by 31 and saturated
+    to 32 bits."""
+    high, _ = saturate(nudged >> (cfg.multiplier_width - 1), signed(32))
     return high
 
 
@@ -72,6 +89,23 @@ def product_sum(products):
     """Stage 2b: ``x * multiplier`` from the products of :func:`partial_operands`."""
     high_high, high_low, low_high, low_low = products
     return (high_high << 32) + ((high_low + low_high) << 16) + low_low
+
+
+def split_product_sum(cfg, products):
+    """:func:`product_sum` plus :func:`nudge` in two adds, for a stage each: the middle
+    word (the two cross products and the nudge, shifted right by 16) and the outer words
+    (``high_high`` above the unsigned ``low_low``, which do not overlap: a concatenation,
+    no adder); then ``outer + (middle << 16)``, the nudged product."""
+    high_high, high_low, low_high, low_low = products
+    assert nudge(cfg) % (1 << 16) == 0
+    middle = high_low + low_high + (nudge(cfg) >> 16)
+    outer = Cat(low_low.as_unsigned()[:32], high_high).as_signed()
+    return middle, outer
+
+
+def joined_product_sum(middle, outer):
+    """The second add of :func:`split_product_sum`."""
+    return outer + (middle << 16)
 
 
 def rounding_masks(cfg, shift):
@@ -152,17 +186,18 @@ class ActivationUnit(wiring.Component):
         A row is inside the pipeline.
 
     Stages: the row straight from the accumulator memory into registers; bias; four
-    16 x 16-bit partial products (a DSP multiplier each; with ``cfg.multiply_latency`` 2 a
-    :class:`~tpuer.hw.registered_multiplier.RegisteredMultiplier`, whose operand
-    registers hold the biased word and the multiplier and whose product register is the
-    stage's); their sum; the high half; the right shift with the rounding decision (from
-    masks kept in registers, see :func:`rounding_masks`); rounding, zero point and clamp.
+    16 x 16-bit partial products (a DSP multiplier each); their sum; the high half; the
+    right shift with the rounding decision (from masks kept in registers, see
+    :func:`rounding_masks`); rounding, zero point and clamp. With
+    ``cfg.multiply_latency`` 2 (fast clocks) two stages more: each multiplier is a
+    :class:`~tpuer.hw.registered_multiplier.RegisteredMultiplier` whose operand registers
+    take the biased word and the multiplier, and the sum is two adds
+    (:func:`split_product_sum`), each a stage.
 
-    Latency: :attr:`latency` (7) cycles from ``i`` to ``o`` with no back-pressure; the
-    whole pipeline holds while ``o.valid & ~o.ready``.
+    Latency: :attr:`latency` cycles (:func:`activation_latency`: 7, or 9 with
+    ``multiply_latency`` 2) from ``i`` to ``o`` with no back-pressure; the whole pipeline
+    holds while ``o.valid & ~o.ready``.
     """
-
-    latency = 7
 
     @staticmethod
     def params_layout_for(cfg):
@@ -178,6 +213,7 @@ class ActivationUnit(wiring.Component):
     def __init__(self, cfg, *, tag_shape=unsigned(16)):
         self._cfg = cfg
         self._tag_shape = tag_shape
+        self.latency = all_lanes_latency(cfg)
         cols = cfg.cols
         self.params_layout = self.params_layout_for(cfg)
         self.in_layout = data.StructLayout({
@@ -202,33 +238,35 @@ class ActivationUnit(wiring.Component):
         valid = [Signal(name=f"s{k + 1}_valid") for k in range(stages)]
         tags = [Signal(self._tag_shape, name=f"s{k + 1}_tag") for k in range(stages)]
         row = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
-        # With multiply_latency 2 (fast clocks), each lane's biased word and multiplier go
-        # into the operand registers of its four multipliers, whose product registers are
-        # the next stage; otherwise the biased word has a register of its own and the
-        # products are multiplied from it into theirs.
+        # The biased word has a register of its own. With multiply_latency 2 (fast
+        # clocks), it and each lane's multiplier go into the operand registers of the
+        # lane's four multipliers, whose product registers are the next stage; otherwise
+        # the products are multiplied from it straight into their registers.
         registered = cfg.multiply_latency == 2
+        x = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
         if registered:
             products = []
             for lane in range(cfg.cols):
                 products.append([])
-                x = biased(cfg, row[lane], p.bias[lane])
-                for k, (a, b) in enumerate(partial_operands(x, p.multiplier[lane])):
+                for k, (a, b) in enumerate(partial_operands(x[lane], p.multiplier[lane])):
                     multiplier = RegisteredMultiplier(a.shape(), b.shape(), enable=True)
                     m.submodules[f"multiplier{k}_{lane}"] = multiplier
                     m.d.comb += [multiplier.a.eq(a), multiplier.b.eq(b),
                                  multiplier.en.eq(advance)]
                     products[lane].append(multiplier.p)
+            middle = Signal(data.ArrayLayout(signed(35), cfg.cols))
+            outer = Signal(data.ArrayLayout(signed(64), cfg.cols))
+            nudged = Signal(data.ArrayLayout(signed(65), cfg.cols))
         else:
-            x = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
             products = [[Signal(signed(34), name=f"s2_product{k}_{lane}") for k in range(4)]
                         for lane in range(cfg.cols)]
-        prod = Signal(data.ArrayLayout(signed(64), cfg.cols))
+            prod = Signal(data.ArrayLayout(signed(64), cfg.cols))
         high = Signal(data.ArrayLayout(signed(32), cfg.cols))
         truncated = Signal(data.ArrayLayout(signed(32), cfg.cols))
         round_up = Signal(cfg.cols)
         # The rounding masks of each lane's shift, kept in registers (the parameters hold
-        # still while a row is inside, and a row reaches the shift stage five cycles after
-        # it enters, long after these have followed a change).
+        # still while a row is inside, and a row reaches the shift stage five or more
+        # cycles after it enters, long after these have followed a change).
         masks = [[Signal(32, name=f"{kind}_{lane}") for kind in ("half_bit", "low_mask",
                                                                   "upper_mask")]
                  for lane in range(cfg.cols)]
@@ -245,16 +283,26 @@ class ActivationUnit(wiring.Component):
             for lane in range(cfg.cols):
                 lane_shifted, lane_round_up, lane_beyond = shifted_right(
                     high[lane], p.shift[lane], *masks[lane])
-                # Without the multipliers' own registers: the biased word, then products.
-                operand_stage = [] if registered else [
-                    x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
-                    *(product.eq(a * b) for product, (a, b) in
-                      zip(products[lane], partial_operands(x[lane], p.multiplier[lane])))]
+                if registered:      # the products come from the multipliers' registers
+                    lane_middle, lane_outer = split_product_sum(cfg, products[lane])
+                    product_stages = [
+                        x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
+                        middle[lane].eq(lane_middle),
+                        outer[lane].eq(lane_outer),
+                        nudged[lane].eq(joined_product_sum(middle[lane], outer[lane])),
+                        high[lane].eq(high_of_nudged(cfg, nudged[lane])),
+                    ]
+                else:
+                    product_stages = [
+                        x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
+                        *(product.eq(a * b) for product, (a, b) in
+                          zip(products[lane], partial_operands(x[lane], p.multiplier[lane]))),
+                        prod[lane].eq(product_sum(products[lane])),
+                        high[lane].eq(high_half(m, cfg, prod[lane], f"_{lane}")),
+                    ]
                 m.d.sync += [
                     row[lane].eq(self.i.payload.data[lane]),
-                    *operand_stage,
-                    prod[lane].eq(product_sum(products[lane])),
-                    high[lane].eq(high_half(m, cfg, prod[lane], f"_{lane}")),
+                    *product_stages,
                     truncated[lane].eq(lane_shifted),
                     round_up[lane].eq(lane_round_up),
                     beyond[lane].eq(lane_beyond),

@@ -25,7 +25,8 @@ What each block contributes (see the RTL for the reasons):
   a row that adds to the accumulator row of the row before waits a cycle;
   :func:`~tpuer.hw.matrix_unit.matrix_unit_latency` (``rows + cols + multiply_latency``)
   cycles through the matrix unit; 2 more to commit into the accumulators;
-  the activation unit's latency (7, or ``cols * (activation_steps + 37) + 1`` for the
+  the activation unit's latency (:func:`~tpuer.hw.activation.activation_latency`: 7, 9
+  with ``multiply_latency`` 2, or ``cols * (activation_steps + 37) + 1`` for the
   lane-serial unit, which takes a row only when it is empty);
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
   one per cycle;
