@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .boards import DEVICE_MULTIPLIERS, board as find_board
+from .block_bench import BlockBenchTop
 from .top import BoardTop, board_pll
 
 __all__ = ["BuildError", "build_board", "multipliers_needed", "parse_nextpnr_log",
@@ -139,14 +140,25 @@ def tool_options(family, seed=None, router=None):
     return options
 
 
-def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
-                router=None, clock_mhz=None, build_dir=None, program=False, say=print):
+def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_latency=None,
+                seed=None, router=None, clock_mhz=None, block=None, build_dir=None,
+                program=False, say=print):
     """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols``, the
-    activation unit's ``activation_steps``, nextpnr's placement ``seed`` and ``router``
-    and the clock target ``clock_mhz`` changed if given), write ``report.json`` and
-    ``report.md`` beside it, and return the report. Raises :class:`BuildError` when a tool
-    fails or the clock target is missed, ``ConfigError`` for a bad configuration."""
+    activation unit's ``activation_steps``, the ``multiply_latency``, nextpnr's placement
+    ``seed`` and ``router`` and the clock target ``clock_mhz`` changed if given), write
+    ``report.json`` and ``report.md`` beside it, and return the report. With ``block`` (a
+    name of :func:`tpuer.hw.export.blocks`) the bitstream holds that block of the TPU
+    alone between registers (:class:`~tpuer.fpga.block_bench.BlockBenchTop`), built for
+    its report only. Raises :class:`BuildError` when a tool fails or the clock target is
+    missed, ``ConfigError`` for a bad configuration."""
     board = find_board(name)
+    if block is not None:
+        from ..hw.export import blocks
+        if block not in blocks():
+            raise BuildError(f"unknown block {block!r}; known blocks: {', '.join(blocks())}")
+        if program:
+            raise BuildError(f"the bitstream of the block {block} alone computes nothing "
+                             f"useful; it is built for its report, not to be programmed")
     if clock_mhz is not None:
         if isinstance(clock_mhz, bool) or not isinstance(clock_mhz, (int, float)) or \
                 not clock_mhz > 0:
@@ -162,7 +174,11 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
         cfg = replace(cfg, rows=rows or cfg.rows, cols=cols or cfg.cols)
     if activation_steps is not None:
         cfg = replace(cfg, activation_steps=activation_steps)
-    build_dir = Path(build_dir or Path("build") / "fpga" / f"{name}-{cfg.rows}x{cfg.cols}")
+    if multiply_latency is not None:
+        cfg = replace(cfg, multiply_latency=multiply_latency)
+    what = f"{block}-" if block else ""
+    build_dir = Path(build_dir or
+                     Path("build") / "fpga" / f"{name}-{what}{cfg.rows}x{cfg.cols}")
     seed = board.seed if seed is None else seed
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 1):
         raise BuildError(f"the placement seed must be a positive integer, not {seed!r}")
@@ -173,8 +189,10 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
     platform = board.make_platform()
     board_pll(board, platform)      # no PLL setting for the clock: refused before the tools
     build_dir.mkdir(parents=True, exist_ok=True)
-    say(f"building {board.description}: the TPU {cfg.name} behind a UART at "
-        f"{board.baud} baud, clock target {board.clock_mhz:g} MHz, placement seed "
+    design = (f"the block {block} of the TPU {cfg.name} alone, between registers" if block
+              else f"the TPU {cfg.name} behind a UART at {board.baud} baud")
+    say(f"building {board.description}: {design}, clock target {board.clock_mhz:g} MHz, "
+        f"placement seed "
         f"{'nextpnr default' if seed is None else seed}, "
         f"{'router1' if router is None else router}, in {build_dir}")
     started = time.perf_counter()
@@ -182,7 +200,8 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
     os.environ.update(env)
     failure = None
     try:
-        plan = platform.prepare(BoardTop(board, cfg), name="tpuer",
+        top = BlockBenchTop(board, cfg, block) if block else BoardTop(board, cfg)
+        plan = platform.prepare(top, name="tpuer",
                                 **tool_options(board.family, seed, router))
         _check_multipliers(board, cfg, platform.device, plan.files["tpuer.il"])
         plan.execute_local(str(build_dir))
@@ -211,7 +230,7 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, seed=None,
                          "\n".join(tail))
     report = {
         "board": name, "description": board.description, "config": cfg.name,
-        "rows": cfg.rows, "cols": cfg.cols, "seed": seed, "router": router or "router1",
+        "block": block, "rows": cfg.rows, "cols": cfg.cols, "seed": seed, "router": router or "router1",
         "clock_target_mhz": board.clock_mhz,
         "fmax_mhz": fmax, "build_seconds": round(seconds, 1),
         "resources": {k: {"used": u, "total": t} for k, (u, t) in parsed["resources"].items()},
@@ -252,7 +271,8 @@ def report_table(reports):
         used = "; ".join(f"{v['used']:,} / {v['total']:,} {k}" for k, v in r["resources"].items()
                          if v["used"])
         fmax = f"{r['fmax_mhz']:.1f} MHz" if r["fmax_mhz"] else "?"
-        lines.append(f"| {r['board']} | {r['rows']}x{r['cols']} | {used} | {fmax} | "
+        tpu = f"{r['rows']}x{r['cols']}" + (f", {r['block']} alone" if r.get("block") else "")
+        lines.append(f"| {r['board']} | {tpu} | {used} | {fmax} | "
                      f"{r['clock_target_mhz']:g} MHz | {r['build_seconds']:.0f} s |")
     for r in reports:
         path = r.get("critical_path")

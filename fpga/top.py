@@ -8,7 +8,7 @@ from amaranth.lib import io
 from ..hw.serial_tpu import SerialTPU
 from .pll import add_pll_domain, ecp5_pll, ice40_pll
 
-__all__ = ["BoardTop", "board_pll"]
+__all__ = ["BoardTop", "board_pll", "add_board_clock"]
 
 
 def board_pll(board, platform):
@@ -16,6 +16,21 @@ def board_pll(board, platform):
     :class:`~tpuer.fpga.pll.PLLError` when none does."""
     oscillator = platform.lookup(platform.default_clk).clock.frequency / 1e6
     return (ice40_pll if board.family == "ice40" else ecp5_pll)(oscillator, board.clock_mhz)
+
+
+def add_board_clock(m, board, platform):
+    """Make the ``sync`` domain of ``m`` at ``board.clock_mhz`` from the board's oscillator
+    through the PLL (in reset until it locks); returns the PLL setting."""
+    setting = board_pll(board, platform)
+    pin = platform.request(platform.default_clk, dir="-")
+    if board.family == "ice40":
+        add_pll_domain(m, setting, pin.io)
+    else:
+        m.submodules.clock_in = clock_in = io.Buffer("i", pin)
+        add_pll_domain(m, setting, clock_in.i)
+    # No constraint on the PLL's output: nextpnr derives it from the oscillator's (the
+    # board file constrains that pin) and the PLL's dividers.
+    return setting
 
 
 class BoardTop(Elaboratable):
@@ -30,15 +45,7 @@ class BoardTop(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         board = self.board
-        setting = board_pll(board, platform)
-        pin = platform.request(platform.default_clk, dir="-")
-        if board.family == "ice40":
-            add_pll_domain(m, setting, pin.io)
-        else:
-            m.submodules.clock_in = clock_in = io.Buffer("i", pin)
-            add_pll_domain(m, setting, clock_in.i)
-        # No constraint on the PLL's output: nextpnr derives it from the oscillator's (the
-        # board file constrains that pin) and the PLL's dividers.
+        setting = add_board_clock(m, board, platform)
 
         uart = platform.request("uart", 0, dir={io_.name: "-" for io_ in
                                                 platform.lookup("uart", 0).ios})

@@ -206,3 +206,50 @@ def test_a_tpu_with_too_many_multipliers_is_refused_before_the_tools_run(tmp_pat
         build_board("ulx3s-12f", rows=12, cols=12, activation_steps=32, build_dir=tmp_path,
                     say=lambda text: None)
     assert not (tmp_path / "tpuer.tim").exists()
+
+
+@pytest.mark.parametrize("block", ["weight_fifo", "activation"])
+def test_a_block_alone_gets_every_input_changed_and_every_output_folded(block):
+    """The block bench (``tpuer build --block``), simulated: every input bit of the block
+    takes both values, and the parity equals the XOR of all the block's output bits
+    ``latency`` cycles before."""
+    from amaranth.hdl import Cat
+    from amaranth.sim import Simulator
+    from tpuer.config import Config
+    from tpuer.fpga.block_bench import BlockBench
+    bench = BlockBench(Config(rows=2, cols=2, ub_depth=8, acc_depth=8), block)
+    outputs = Cat(*bench.outputs)
+    cycles = len(bench.stimulus) + 200
+    seen_inputs, seen_outputs, parities = [], [], []
+
+    async def testbench(ctx):
+        for _ in range(cycles):
+            await ctx.tick()
+            seen_inputs.append([ctx.get(value) for value in bench.inputs])
+            seen_outputs.append(ctx.get(outputs))
+            parities.append(ctx.get(bench.parity))
+
+    sim = Simulator(bench)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    for k, value in enumerate(bench.inputs):
+        ones = zeros = 0
+        for sample in seen_inputs[len(bench.stimulus):]:
+            ones |= sample[k]
+            zeros |= ~sample[k] & ((1 << len(value)) - 1)
+        assert ones == zeros == (1 << len(value)) - 1, \
+            f"input {value.name} of the {block} is not driven by the stimulus in every bit"
+    assert any(seen_outputs), f"the {block}'s outputs never changed: a weak test"
+    for t in range(bench.latency, cycles):
+        assert parities[t] == bin(seen_outputs[t - bench.latency]).count("1") % 2, \
+            f"cycle {t}: the parity is not that of the outputs {bench.latency} cycles before"
+
+
+def test_a_block_build_is_refused_for_an_unknown_block_or_for_programming(tmp_path):
+    from tpuer.fpga.build import BuildError, build_board
+    with pytest.raises(BuildError, match="unknown block 'mxu'; known blocks: matrix_unit"):
+        build_board("icebreaker", block="mxu", build_dir=tmp_path)
+    with pytest.raises(BuildError, match="built for its report, not to be programmed"):
+        build_board("icebreaker", block="systolic_array", program=True, build_dir=tmp_path)
+    assert not any(tmp_path.iterdir()), "a refused build must not start the tools"

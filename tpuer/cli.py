@@ -183,8 +183,10 @@ def _cmd_build(parser, args):
         return 0 if args.list else 2
     try:
         build_board(args.board, rows=args.rows, cols=args.cols,
-                    activation_steps=args.activation_steps, seed=args.seed,
-                    router=args.router, clock_mhz=args.clock_mhz, program=args.program)
+                    activation_steps=args.activation_steps,
+                    multiply_latency=args.multiply_latency, seed=args.seed,
+                    router=args.router, clock_mhz=args.clock_mhz, block=args.block,
+                    program=args.program)
     except (BuildError, ValueError) as error:
         print(f"tpuer build: {error}", file=sys.stderr)
         return 1
@@ -287,6 +289,12 @@ def build_parser():
     build.add_argument("--cols", type=int, help="columns of the array (default: the board's)")
     build.add_argument("--activation-steps", type=int,
                        help="the activation unit's steps per lane (default: the board's)")
+    build.add_argument("--multiply-latency", type=int,
+                       help="1 or 2, 2 to register the multipliers' operands too (default: "
+                            "the board's)")
+    build.add_argument("--block", choices=list(blocks()),
+                       help="build this block of the TPU alone, between registers, for its "
+                            "resources and Fmax (the bitstream is not to be programmed)")
     build.add_argument("--seed", type=int,
                        help="nextpnr's placement seed (default: the board's)")
     build.add_argument("--router", choices=("router1", "router2"),
