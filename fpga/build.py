@@ -230,7 +230,8 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
                          "\n".join(tail))
     report = {
         "board": name, "description": board.description, "config": cfg.name,
-        "block": block, "rows": cfg.rows, "cols": cfg.cols, "seed": seed, "router": router or "router1",
+        "block": block, "rows": cfg.rows, "cols": cfg.cols, "seed": seed,
+        "router": router or "router1",
         "clock_target_mhz": board.clock_mhz,
         "fmax_mhz": fmax, "build_seconds": round(seconds, 1),
         "resources": {k: {"used": u, "total": t} for k, (u, t) in parsed["resources"].items()},

@@ -286,7 +286,6 @@ class ActivationUnit(wiring.Component):
                 if registered:      # the products come from the multipliers' registers
                     lane_middle, lane_outer = split_product_sum(cfg, products[lane])
                     product_stages = [
-                        x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
                         middle[lane].eq(lane_middle),
                         outer[lane].eq(lane_outer),
                         nudged[lane].eq(joined_product_sum(middle[lane], outer[lane])),
@@ -294,7 +293,6 @@ class ActivationUnit(wiring.Component):
                     ]
                 else:
                     product_stages = [
-                        x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
                         *(product.eq(a * b) for product, (a, b) in
                           zip(products[lane], partial_operands(x[lane], p.multiplier[lane]))),
                         prod[lane].eq(product_sum(products[lane])),
@@ -302,6 +300,7 @@ class ActivationUnit(wiring.Component):
                     ]
                 m.d.sync += [
                     row[lane].eq(self.i.payload.data[lane]),
+                    x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
                     *product_stages,
                     truncated[lane].eq(lane_shifted),
                     round_up[lane].eq(lane_round_up),

@@ -70,8 +70,9 @@ class Config:
         clock period of its own and neither the routing to it nor the routing from it
         shares one with the multiplication; for fast clocks on the ECP5, whose MULT18X18D
         holds all three registers. The all-lanes activation unit's multipliers then keep
-        their operands in such registers too, at its same latency. The matrix unit's
-        latency grows by a cycle.
+        their operands in such registers too, and its latency grows from 7 to 9
+        (:func:`~tpuer.hw.activation.activation_latency`). The matrix unit's latency
+        grows by a cycle.
 
     Raises
     ------
