@@ -141,11 +141,12 @@ def tool_options(family, seed=None, router=None):
 
 
 def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_latency=None,
-                seed=None, router=None, clock_mhz=None, block=None, build_dir=None,
-                program=False, say=print):
+                memory_read_latency=None, seed=None, router=None, clock_mhz=None, block=None,
+                build_dir=None, program=False, say=print):
     """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols``, the
-    activation unit's ``activation_steps``, the ``multiply_latency``, nextpnr's placement
-    ``seed`` and ``router`` and the clock target ``clock_mhz`` changed if given), write
+    activation unit's ``activation_steps``, the ``multiply_latency``, the
+    ``memory_read_latency``, nextpnr's placement ``seed`` and ``router`` and the clock
+    target ``clock_mhz`` changed if given), write
     ``report.json`` and ``report.md`` beside it, and return the report. With ``block`` (a
     name of :func:`tpuer.hw.export.blocks`) the bitstream holds that block of the TPU
     alone between registers (:class:`~tpuer.fpga.block_bench.BlockBenchTop`), built for
@@ -176,9 +177,16 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
         cfg = replace(cfg, activation_steps=activation_steps)
     if multiply_latency is not None:
         cfg = replace(cfg, multiply_latency=multiply_latency)
+    if memory_read_latency is not None:
+        cfg = replace(cfg, memory_read_latency=memory_read_latency)
     what = f"{block}-" if block else ""
-    build_dir = Path(build_dir or
-                     Path("build") / "fpga" / f"{name}-{what}{cfg.rows}x{cfg.cols}")
+    # Latencies other than the board's get a directory of their own.
+    default = find_board(name)
+    latencies = "".join(f"-{short}{getattr(cfg, field)}" for short, field in
+                        (("ml", "multiply_latency"), ("mr", "memory_read_latency"))
+                        if getattr(cfg, field) != getattr(default.config, field))
+    build_dir = Path(build_dir or Path("build") / "fpga" /
+                     f"{name}-{what}{cfg.rows}x{cfg.cols}{latencies}")
     seed = board.seed if seed is None else seed
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 1):
         raise BuildError(f"the placement seed must be a positive integer, not {seed!r}")

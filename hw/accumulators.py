@@ -1,5 +1,8 @@
 """Accumulator memory: int32 result rows that a write either overwrites or adds to."""
 
+import operator
+from functools import reduce
+
 from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
@@ -9,7 +12,16 @@ from .block_ram import BlockRAM
 from .memory_ports import bounded_read
 from .targets import is_ice40
 
-__all__ = ["AccumulatorMemory"]
+__all__ = ["AccumulatorMemory", "add_spacing"]
+
+
+def add_spacing(cfg):
+    """Cycles by which a write that adds to an accumulator row must follow the write
+    before it to that row: 2, or 3 with ``cfg.memory_read_latency`` 2, where the sum has a
+    register stage of its own before it is saturated and stored. (Also the cycles from a
+    write's request to the end of the cycle it is stored in, with the stored-row register.)
+    """
+    return 1 + cfg.memory_read_latency
 
 
 class AccumulatorMemory(wiring.Component):
@@ -22,9 +34,10 @@ class AccumulatorMemory(wiring.Component):
     cycle. Saturation is the chosen overflow behaviour everywhere (the golden model does the
     same), because a clipped result is closer to the true one than a wrapped one.
 
-    A write that adds to a row must not follow a write to the same row in the cycle just
-    before (the datapath holds such a row back a cycle); any other sequence of writes is
-    fine, back-to-back overwrites of a row and additions a cycle apart included. An address
+    A write that adds to a row must come at least :func:`add_spacing` cycles (2, or 3 with
+    ``cfg.memory_read_latency`` 2) after the write before it to the same row (the datapath
+    holds such a row back); any other sequence of writes is fine, back-to-back overwrites
+    of a row and additions that far apart included. An address
     at or past ``cfg.acc_depth`` is never written; ``range_error`` pulses instead, and such
     a read returns zeros.
 
@@ -38,19 +51,24 @@ class AccumulatorMemory(wiring.Component):
     read_addr, read_en : In
         Read request.
     read_data : Out(ArrayLayout(acc, cols))
-        The row requested in the previous cycle.
+        The row requested ``cfg.memory_read_latency`` cycles before (1 or 2; with 2 the
+        block RAM's output is registered before any logic).
     overflow : Out(1)
-        High two cycles after a write's request when it saturated in at least one lane.
+        High :func:`add_spacing` cycles after a write's request when it saturated in at
+        least one lane.
     range_error : Out(1)
         An out-of-range address was presented with its enable in the previous cycle.
     write_pending : Out(1)
-        A write requested in one of the two cycles before may not yet be stored.
+        A write requested in one of the :func:`add_spacing` cycles before may not yet be
+        stored.
 
-    Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + 2``; a read
-    requested in cycle ``t + 2`` or later returns it (1 cycle read latency), and
-    ``write_pending`` and ``overflow`` tell of it until then. With ``register_stored_row``
-    the stored row goes straight from the memory into a register before the addition, so
-    no path runs from the memory through the adder back into it. Without it (for slow
+    Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + S``
+    (``S`` is :func:`add_spacing`); a read requested in cycle ``t + S`` or later returns it
+    (after ``cfg.memory_read_latency`` cycles), and ``write_pending`` and ``overflow`` tell
+    of it until then. With ``register_stored_row`` the stored row goes straight from the
+    memory into a register before the addition, so no path runs from the memory through
+    the adder back into it; with ``cfg.memory_read_latency`` 2 the sum is registered too,
+    before it is saturated and stored. Without ``register_stored_row`` (for slow
     devices: three rows of registers fewer) the row a write adds to is read a cycle ahead,
     from ``next_write_addr``, and the write is added as it leaves the memory and stored at
     the end of its own cycle ``t`` (reads from ``t + 1`` on see it); ``write_pending`` and
@@ -113,17 +131,26 @@ class AccumulatorMemory(wiring.Component):
                       self.next_write_en, self.next_write_addr)] * cfg.cols
         last_en, last_addr = lanes[-1][0], lanes[-1][1]
         write_ok = last_addr < cfg.acc_depth
+        # A write's valid flag in each cycle after its request, up to its commit.
+        stages = add_spacing(cfg)
         s1_valid, s2_valid = Signal(), Signal()
         m.d.sync += [s1_valid.eq(last_en & write_ok), s2_valid.eq(s1_valid)]
+        valid = [s1_valid, s2_valid]
+        for k in range(3, stages + 1):
+            later = Signal(name=f"s{k}_valid")
+            m.d.sync += later.eq(valid[-1])
+            valid.append(later)
 
         if register_stored_row:
             m.submodules.storage = storage = memory.Memory(
                 shape=self.row_layout, depth=cfg.acc_depth, init=[])
             commit = storage.write_port()
-            # Transparent, so a write a cycle after the one it adds to sees that one's commit.
+            # Transparent, so a write add_spacing cycles after the one it adds to sees that
+            # one's commit.
             old = storage.read_port(transparent_for=[commit])
             # Stage 0 (cycle t): read the row the write may add to. Stage 1 (t + 1): the
-            # stored row straight into a register. Stage 2 (t + 2): add and commit.
+            # stored row straight into a register. Stage 2 (t + 2): add and commit, or with
+            # memory_read_latency 2 add, and stage 3 (t + 3): saturate and commit.
             m.d.comb += [old.addr.eq(self.write_addr), old.en.eq(self.write_en)]
             s1_addr = Signal.like(self.write_addr)
             s1_data, s1_accumulate = Signal(self.row_layout), Signal()
@@ -133,10 +160,16 @@ class AccumulatorMemory(wiring.Component):
                          s1_accumulate.eq(self.write_accumulate),
                          s2_addr.eq(s1_addr), s2_data.eq(s1_data),
                          s2_accumulate.eq(s1_accumulate), s2_old.eq(old.data)]
+            registered_sum = stages == 3
             new_row, clipped = self._add(m, platform, [s2_old[j] for j in range(cfg.cols)],
-                                         s2_data, [s2_accumulate] * cfg.cols)
-            m.d.comb += [commit.addr.eq(s2_addr), commit.data.eq(new_row),
-                         commit.en.eq(s2_valid), self.overflow.eq(s2_valid & clipped.any())]
+                                         s2_data, [s2_accumulate] * cfg.cols,
+                                         registered=registered_sum)
+            commit_addr = s2_addr
+            if registered_sum:
+                commit_addr = Signal.like(s2_addr, name="s3_addr")
+                m.d.sync += commit_addr.eq(s2_addr)
+            m.d.comb += [commit.addr.eq(commit_addr), commit.data.eq(new_row),
+                         commit.en.eq(valid[-1]), self.overflow.eq(valid[-1] & clipped.any())]
             if is_ice40(platform):
                 # The outside reader's copy without Yosys's bypass: the datapath never reads
                 # a row in the cycle it is committed.
@@ -174,7 +207,7 @@ class AccumulatorMemory(wiring.Component):
                             getattr(m.submodules, f"lane{j}_read_copy")):
                     m.d.comb += [ram.write_addr.eq(addr), ram.write_data.eq(new_row[j]),
                                  ram.write_en.eq(en & (addr < cfg.acc_depth))]
-            # A lane's saturation shows with its row's last lane, two cycles later.
+            # A lane's saturation shows with its row's last lane, add_spacing cycles later.
             lined_up = []
             for j, (en, addr, _, _, _) in enumerate(lanes):
                 flag = en & (addr < cfg.acc_depth) & clipped[j]
@@ -183,22 +216,28 @@ class AccumulatorMemory(wiring.Component):
                     m.d.sync += later.eq(flag)
                     flag = later
                 lined_up.append(flag)
-            overflow_late = Signal()
-            m.d.sync += [overflow_late.eq(Cat(*lined_up).any()),
-                         self.overflow.eq(overflow_late)]
+            overflow_late = Cat(*lined_up).any()
+            for k in range(stages - 1):
+                later = Signal(name="overflow_late" if k == 0 else f"overflow_late_{k}")
+                m.d.sync += later.eq(overflow_late)
+                overflow_late = later
+            m.d.sync += self.overflow.eq(overflow_late)
             read_port = read_addr, read_en, Cat(*read_words)
-        m.d.comb += self.write_pending.eq(s1_valid | s2_valid)
+        m.d.comb += self.write_pending.eq(reduce(operator.or_, valid))
 
         read_data, read_bad = bounded_read(m, *read_port, addr=self.read_addr, en=self.read_en,
-                                           depth=cfg.acc_depth)
+                                           depth=cfg.acc_depth,
+                                           latency=cfg.memory_read_latency)
         m.d.comb += self.read_data.eq(read_data)
         m.d.sync += self.range_error.eq(read_bad | (last_en & ~write_ok))
         return m
 
-    def _add(self, m, platform, stored, words, accumulate):
+    def _add(self, m, platform, stored, words, accumulate, registered=False):
         """The last stage: each lane's word added (saturating) to the stored one, or
         overwriting it (``accumulate[j]`` low). Returns the new row and a bit per lane that
-        is high where the addition saturated."""
+        is high where the addition saturated. With ``registered`` the sum, its sign and
+        whether it saturates are registered first: the row and the bits come a cycle
+        later."""
         cfg = self._cfg
         new_row = Signal(self.row_layout)
         clipped = Signal(cfg.cols)
@@ -211,6 +250,13 @@ class AccumulatorMemory(wiring.Component):
                                 name=f"sum{lane}")
             sign = old_word[-1]
             lane_clipped = accumulate[lane] & (sign == word[-1]) & (total[-1] != sign)
+            if registered:
+                registers = (Signal.like(total, name=f"s3_sum{lane}", reset_less=True),
+                             Signal(name=f"s3_sign{lane}", reset_less=True),
+                             Signal(name=f"s3_clipped{lane}", reset_less=True))
+                m.d.sync += [register.eq(value) for register, value in
+                             zip(registers, (total, sign, lane_clipped))]
+                total, sign, lane_clipped = registers
             m.d.comb += [
                 new_row[lane].eq(Mux(lane_clipped, Mux(sign, smallest, largest), total)),
                 clipped[lane].eq(lane_clipped),

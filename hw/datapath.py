@@ -1,21 +1,26 @@
 """The whole datapath: Unified Buffer -> matrix unit -> accumulators -> activation -> UB."""
 
+import operator
+from functools import reduce
+
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .accumulators import AccumulatorMemory
+from .accumulators import AccumulatorMemory, add_spacing
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, activation_unit
 from .matrix_unit import MatrixUnit, matrix_unit_latency
 from .shift_queue import ShiftQueue
 from .targets import is_ice40
 from .unified_buffer import UnifiedBuffer
 
-__all__ = ["Datapath", "FEED_SLOTS", "command_layouts"]
+__all__ = ["Datapath", "command_layouts", "feed_slots", "host_answer_slots"]
 
-#: Rows the matmul path keeps in flight between the Unified Buffer and the matrix unit: the
-#: UB read under way plus the rows queued for the matrix unit (the cycle model uses it too).
-FEED_SLOTS = 3
+def feed_slots(cfg):
+    """Rows the matmul path keeps in flight between the Unified Buffer and the matrix unit:
+    the UB reads under way (``cfg.memory_read_latency``) plus the rows queued for the matrix
+    unit, two more, so that a row per cycle flows (the cycle model uses it too)."""
+    return 2 + cfg.memory_read_latency
 
 
 def command_layouts(cfg):
@@ -42,13 +47,15 @@ class Datapath(wiring.Component):
     * ``matmul``: read Unified Buffer row ``ub_addr``, multiply its first ``rows`` lanes by
       the active weight tile (switching to the next one first when ``new_tile``), and write
       or add (``accumulate``) the result into accumulator row ``acc_addr``. One command per
-      cycle streams back to back, except that a row adding to the accumulator row of the
-      row just before it enters the matrix unit a cycle later.
+      cycle streams back to back, except that a row adding to the accumulator row of one
+      of the rows just before it waits until :func:`~tpuer.hw.accumulators.add_spacing`
+      cycles (2, or 3 with ``cfg.memory_read_latency`` 2) separate the two in the matrix
+      unit.
     * ``activate``: read accumulator row ``acc_addr``, requantise it with ``params`` and
       write it into lanes ``0 .. cols - 1`` of Unified Buffer row ``ub_addr``. One per cycle.
     * ``weights``: weight rows into the Weight FIFO.
     * ``host_write`` and ``host_read`` -> ``host_data``: the host's access to both memories
-      (reads of either answered in order through one queue of ``cfg.host_read_queue``
+      (reads of either answered in order through one queue of :func:`host_answer_slots`
       rows). The datapath's own traffic goes first: a host read waits while ``matmul``
       reads the Unified Buffer, a host read of the accumulators while ``activate`` reads
       them, a host write while an activated row is written.
@@ -82,10 +89,12 @@ class Datapath(wiring.Component):
         them).
 
     Latency: a ``matmul`` command accepted in cycle ``t`` has its accumulator row written at
-    the end of cycle ``t + 4 + M`` (:attr:`matmul_latency`; ``M`` is the matrix unit's
+    the end of cycle ``t + 1 + R + S + M`` (:attr:`matmul_latency`; ``R`` is
+    ``cfg.memory_read_latency``, ``S`` the accumulators'
+    :func:`~tpuer.hw.accumulators.add_spacing`, ``M`` the matrix unit's
     :func:`~tpuer.hw.matrix_unit.matrix_unit_latency`, ``rows + cols + multiply_latency``);
     an ``activate`` accepted in cycle ``t`` writes its UB row at the end of cycle
-    ``t + 1 + L`` (:attr:`activate_latency`), where ``L`` is the activation unit's latency
+    ``t + R + L`` (:attr:`activate_latency`), where ``L`` is the activation unit's latency
     (:func:`~tpuer.hw.activation.activation_latency`: 7, 9 with ``multiply_latency`` 2;
     with ``cfg.activation_steps``, ``cols * (steps + 37) + 1``, and the next
     ``activate`` is taken only when the unit can take its row).
@@ -120,11 +129,12 @@ class Datapath(wiring.Component):
 
     @property
     def matmul_latency(self):
-        return 4 + matrix_unit_latency(self._cfg)
+        cfg = self._cfg
+        return 1 + cfg.memory_read_latency + add_spacing(cfg) + matrix_unit_latency(cfg)
 
     @property
     def activate_latency(self):
-        return 1 + activation_latency(self._cfg)
+        return self._cfg.memory_read_latency + activation_latency(self._cfg)
 
     def elaborate(self, platform):
         cfg = self._cfg
@@ -145,13 +155,16 @@ class Datapath(wiring.Component):
         # --- matmul: UB read -> small queue -> matrix unit ---------------------------------
         # The queue absorbs the UB's read latency when the matrix unit waits for weights;
         # a read is issued only when its row is sure to find room (the rows queued and the
-        # one being read are fewer than FEED_SLOTS, so they never overflow it).
+        # ones being read are fewer than feed_slots, so they never overflow it).
+        slots = feed_slots(cfg)
         feed_layout = data.StructLayout({"data": data.ArrayLayout(cfg.operand_shape, cfg.rows),
                                          "new_tile": 1, "tag": tag})
-        m.submodules.feed = feed = ShiftQueue(width=feed_layout.size, depth=FEED_SLOTS)
+        m.submodules.feed = feed = ShiftQueue(width=feed_layout.size, depth=slots)
         reading = Signal()                      # a matmul read was issued last cycle
         reading_cmd = Signal(self.matmul_layout)
-        room = feed.level + reading < FEED_SLOTS
+        reads = _delayed(m, cfg, reading, reading_cmd, "reading")
+        arrived, arrived_cmd = reads[-1]        # the row of this read is on ub.read_data
+        room = feed.level + _count(valid for valid, _ in reads) < slots
         issue = self.matmul.valid & room
         m.d.comb += self.matmul.ready.eq(room)
         m.d.sync += reading.eq(issue)
@@ -161,38 +174,49 @@ class Datapath(wiring.Component):
         for lane in range(cfg.rows):
             m.d.comb += feed_in.data[lane].eq(ub.read_data[lane])
         m.d.comb += [
-            feed_in.new_tile.eq(reading_cmd.new_tile),
-            feed_in.tag.acc_addr.eq(reading_cmd.acc_addr),
-            feed_in.tag.accumulate.eq(reading_cmd.accumulate),
+            feed_in.new_tile.eq(arrived_cmd.new_tile),
+            feed_in.tag.acc_addr.eq(arrived_cmd.acc_addr),
+            feed_in.tag.accumulate.eq(arrived_cmd.accumulate),
             feed.w_data.eq(feed_in),
-            feed.w_en.eq(reading),
+            feed.w_en.eq(arrived),
         ]
-        # A row that adds to the accumulator row of the row that entered the matrix unit in
-        # the cycle before waits a cycle: the accumulator memory needs a cycle between two
-        # writes to a row when the second adds to it (its results keep the spacing).
+        # A row that adds to the accumulator row of a row that entered the matrix unit in
+        # the add_spacing - 1 cycles before waits: the accumulator memory needs that
+        # spacing between two writes to a row when the second adds to it (the results keep
+        # the rows' spacing).
         head = data.View(feed_layout, feed.r_data)
-        entered = Signal()
-        entered_addr = Signal(cfg.acc_addr_width)
-        repeat = entered & head.tag.accumulate & (head.tag.acc_addr == entered_addr)
+        entered = [(Signal(name="entered" if k == 1 else f"entered_{k}"),
+                    Signal(cfg.acc_addr_width,
+                           name="entered_addr" if k == 1 else f"entered_{k}_addr"))
+                   for k in range(1, add_spacing(cfg))]
+        repeat = _any(was & head.tag.accumulate & (head.tag.acc_addr == addr)
+                      for was, addr in entered)
         m.d.comb += [
             mxu.rows.payload.eq(feed.r_data),
             mxu.rows.valid.eq(feed.r_rdy & ~repeat),
             feed.r_en.eq(mxu.rows.ready & ~repeat),
         ]
-        m.d.sync += [entered.eq(mxu.rows.valid & mxu.rows.ready),
-                     entered_addr.eq(head.tag.acc_addr)]
+        m.d.sync += [entered[0][0].eq(mxu.rows.valid & mxu.rows.ready),
+                     entered[0][1].eq(head.tag.acc_addr)]
+        for (was, addr), (earlier, earlier_addr) in zip(entered[1:], entered):
+            m.d.sync += [was.eq(earlier), addr.eq(earlier_addr)]
 
         # In-flight rows per accumulator half: counted in when the command is accepted, out
         # when its accumulator write commits.
         half = cfg.acc_depth // 2
         in_flight_limit = matrix_unit_latency(cfg) + 12
         banks = [Signal(range(in_flight_limit), name=f"acc_bank{h}_rows") for h in (0, 1)]
-        # A result written in cycle t commits at the end of t + 2.
+        # A result written in cycle t commits at the end of t + add_spacing.
         result_bank, commit_bank = Signal(), Signal()
         result_written, committing = Signal(), Signal()
         m.d.sync += [result_written.eq(mxu.results.valid),
-                     result_bank.eq(mxu.results.payload.tag.acc_addr >= half),
-                     committing.eq(result_written), commit_bank.eq(result_bank)]
+                     result_bank.eq(mxu.results.payload.tag.acc_addr >= half)]
+        for k in range(add_spacing(cfg) - 2):
+            later_written, later_bank = Signal(name=f"result_written_{k + 2}"), Signal(
+                name=f"result_bank_{k + 2}")
+            m.d.sync += [later_written.eq(result_written), later_bank.eq(result_bank)]
+            result_written, result_bank = later_written, later_bank
+        m.d.sync += [committing.eq(result_written), commit_bank.eq(result_bank)]
         issue_bank = self.matmul.payload.acc_addr >= half
         for h, count in enumerate(banks):
             up = issue & (issue_bank == h)
@@ -226,16 +250,18 @@ class Datapath(wiring.Component):
         # The activated row always has the UB write port, so the unit never stalls.
         activating = Signal()
         activating_ub_addr = Signal(cfg.ub_addr_width)
+        activations = _delayed(m, cfg, activating, activating_ub_addr, "activating")
+        activations_in_flight = _any(valid for valid, _ in activations)
         if cfg.activation_steps:   # a lane-serial unit takes a row only when it is empty
-            m.d.comb += self.activate.ready.eq(~activating & act.i.ready)
+            m.d.comb += self.activate.ready.eq(~activations_in_flight & act.i.ready)
         else:
             m.d.comb += self.activate.ready.eq(1)
         m.d.sync += [activating.eq(self.activate.valid & self.activate.ready),
                      activating_ub_addr.eq(self.activate.payload.ub_addr)]
         m.d.comb += [
             act.i.payload.data.eq(acc.read_data),
-            act.i.payload.tag.eq(activating_ub_addr),
-            act.i.valid.eq(activating),
+            act.i.payload.tag.eq(activations[-1][1]),
+            act.i.valid.eq(activations[-1][0]),
             act.o.ready.eq(1),
         ]
 
@@ -266,8 +292,9 @@ class Datapath(wiring.Component):
                          ub.write_mask.eq(self.host_write.payload.mask)]
 
         m.d.comb += [
-            self.matmul_busy.eq(reading | feed.r_rdy | mxu.busy | acc.write_pending),
-            self.activate_busy.eq(activating | act.busy),
+            self.matmul_busy.eq(_any(valid for valid, _ in reads) | feed.r_rdy | mxu.busy |
+                                acc.write_pending),
+            self.activate_busy.eq(activations_in_flight | act.busy),
             self.busy.eq(self.matmul_busy | self.activate_busy),
             self.vector_issued.eq(mxu.rows.valid & mxu.rows.ready),
             self.weight_stall.eq(mxu.weight_stall),
@@ -277,40 +304,70 @@ class Datapath(wiring.Component):
         return m
 
 
+def _delayed(m, cfg, valid, payload, name):
+    """A memory read's flag and payload (registered as the read is issued), and copies of
+    them 1 ... ``cfg.memory_read_latency - 1`` cycles later: a list of ``(valid,
+    payload)`` whose last pair goes with the memory's data."""
+    stages = [(valid, payload)]
+    for k in range(1, cfg.memory_read_latency):
+        later_valid = Signal(name=f"{name}_{k}")
+        later = Signal(payload.shape(), name=f"{name}_{k}_payload", reset_less=True)
+        m.d.sync += [later_valid.eq(stages[-1][0]), later.eq(stages[-1][1])]
+        stages.append((later_valid, later))
+    return stages
+
+
+def _count(bits):
+    """How many of ``bits`` are high (the bit itself when there is one)."""
+    return reduce(operator.add, bits)
+
+
+def _any(bits):
+    """Whether any of ``bits`` is high (the bit itself when there is one)."""
+    return reduce(operator.or_, bits)
+
+
+def host_answer_slots(cfg):
+    """Rows the queue of answers to the host's reads holds: ``cfg.host_read_queue``, and one
+    more for each further cycle of ``cfg.memory_read_latency``, so that a reader that keeps
+    up still gets a row per cycle (the cycle model uses it too)."""
+    return cfg.host_read_queue + cfg.memory_read_latency - 1
+
+
 def _serve_host_reads(m, cfg, request, response, acc_data, ub_data, *, blocked):
     """Host reads of either memory on its shared read port, one per cycle.
 
     A request is taken when ``blocked`` (the datapath's own read of that memory) is low and
-    its row is sure to find room in the answer queue (``cfg.host_read_queue`` rows), which
-    holds the rows until ``response`` takes them: the rows queued and the one on the
-    port's output, less one taken this cycle, leave room for one more. (A reader that
-    takes every answer at once so gets a row per cycle from a two-row queue, every other
-    cycle from a one-row queue.) The row is widened into the answer layout as it enters
-    the queue. Returns the signal that is high in the cycle the host's address must be on
-    the port.
+    its row is sure to find room in the answer queue (:func:`host_answer_slots` rows), which
+    holds the rows until ``response`` takes them: the rows queued and the ones still being
+    read, less one taken this cycle, leave room for one more. (A reader that takes every
+    answer at once so gets a row per cycle with ``cfg.host_read_queue`` 2, every other
+    cycle with 1.) The row is widened into the answer layout as it enters the queue.
+    Returns the signal that is high in the cycle the host's address must be on the port.
     """
-    depth = cfg.host_read_queue
+    depth = host_answer_slots(cfg)
     queue = ShiftQueue(width=len(response.payload.as_value()), depth=depth)
     m.submodules.host_answers = queue
-    fresh = Signal()             # a port's data is a host row this cycle
-    fresh_acc = Signal()         # ... the accumulators' port
+    fresh = Signal()             # a host read was issued last cycle
+    fresh_acc = Signal()         # ... of the accumulators
+    reads = _delayed(m, cfg, fresh, fresh_acc, "host_reading")
+    arrived, arrived_acc = reads[-1]     # its row is on the port's output this cycle
     taken = queue.r_rdy & response.ready
-    # level + fresh - taken < depth, with the late ``taken`` last
-    held = queue.level + fresh
+    # level + reads in flight - taken < depth, with the late ``taken`` last
+    held = queue.level + _count(valid for valid, _ in reads)
     room = (held < depth) | (taken & (held < depth + 1))
     issue = request.valid & ~blocked & room
     row = Signal(response.payload.shape())
     for lane in range(cfg.ub_lanes):
         from_acc = acc_data[lane] if lane < cfg.cols else 0
-        m.d.comb += row[lane].eq(Mux(fresh_acc, from_acc, ub_data[lane]))
+        m.d.comb += row[lane].eq(Mux(arrived_acc, from_acc, ub_data[lane]))
     m.d.comb += [
         request.ready.eq(~blocked & room),
         queue.w_data.eq(row),
-        queue.w_en.eq(fresh),
+        queue.w_en.eq(arrived),
         response.valid.eq(queue.r_rdy),
         response.payload.eq(queue.r_data),
         queue.r_en.eq(response.ready),
     ]
     m.d.sync += [fresh.eq(issue), fresh_acc.eq(request.payload.acc)]
     return issue
-

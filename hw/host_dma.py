@@ -4,7 +4,7 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .datapath import command_layouts
+from .datapath import command_layouts, host_answer_slots
 
 __all__ = ["HostDMA", "DMA_READ_HOST", "DMA_WRITE_UB", "DMA_WRITE_ACC"]
 
@@ -66,12 +66,13 @@ class HostDMA(wiring.Component):
         # that only this cycle's handshake decides when ``busy`` falls.
         last_request, last_answer = Signal(), Signal()
 
-        # Reads issued whose answers have not been taken yet (the answer queue holds at
-        # most a few). After a cancel they are still on their way: they are taken and
-        # dropped before the next transfer starts, so none reaches it.
+        # Reads issued whose answers have not been taken yet (at most the datapath's
+        # host_answer_slots: its answer queue and the reads on their way to it). After a
+        # cancel they are still on their way: they are taken and dropped before the next
+        # transfer starts, so none reaches it.
         issued_now = Signal()       # a read request is taken this cycle
         answered_now = Signal()     # an answer is taken this cycle (sent, or dropped)
-        outstanding = Signal(range(cfg.host_read_queue + 2))
+        outstanding = Signal(range(host_answer_slots(cfg) + 2))
         dropping = Signal()
         m.d.comb += [self.request.ready.eq(~self.busy & ~dropping), self.low.eq(base),
                      self.high.eq(high)]

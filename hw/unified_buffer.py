@@ -24,13 +24,15 @@ class UnifiedBuffer(wiring.Component):
     read_addr, read_en : In
         Read request.
     read_data : Out(ArrayLayout(operand, ub_lanes))
-        The row requested in the previous cycle (held while ``read_en`` is low).
+        The row requested ``cfg.memory_read_latency`` cycles before (held until the next
+        request's row).
     write_addr, write_data, write_mask, write_en : In
         Write request; lane ``k`` is written when bit ``k`` of ``write_mask`` is set.
     range_error : Out(1)
         An out-of-range address was presented with its enable in the previous cycle.
 
-    Latency: a read returns data 1 cycle after its request. A write requested in cycle ``t``
+    Latency: a read returns data ``cfg.memory_read_latency`` cycles (1 or 2) after its
+    request; with 2 the block RAM's output is registered before any logic. A write requested in cycle ``t``
     is seen by a read requested in cycle ``t + 1`` or later; a read of the row being written
     in the same cycle returns the old row, or on an iCE40 an undefined one (the memory is
     block RAM without Yosys's bypass there; the sequencer never lets the two meet).
@@ -62,7 +64,8 @@ class UnifiedBuffer(wiring.Component):
 
         read_data, read_bad = bounded_read(m, storage.read_addr, storage.read_en,
                                            storage.read_data, addr=self.read_addr,
-                                           en=self.read_en, depth=cfg.ub_depth)
+                                           en=self.read_en, depth=cfg.ub_depth,
+                                           latency=cfg.memory_read_latency)
         write_ok = self.write_addr < cfg.ub_depth
         m.d.comb += [
             self.read_data.eq(read_data),

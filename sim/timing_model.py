@@ -20,25 +20,27 @@ What each block contributes (see the RTL for the reasons):
   ``weight_fifo_depth`` rows;
 * weight loader: a row into the shadow weights per cycle until a whole tile waits there;
   a vector flagged ``new_tile`` waits for it (a weight-stall cycle);
-* datapath: the UB read (1 cycle) and a feed queue that keeps at most ``FEED_SLOTS`` rows
-  in flight;
-  a row that adds to the accumulator row of the row before waits a cycle;
+* datapath: the UB read (``memory_read_latency`` cycles) and a feed queue that keeps at
+  most :func:`~tpuer.hw.datapath.feed_slots` rows in flight;
+  a row that adds to the accumulator row of a row that entered the matrix unit fewer
+  than :func:`~tpuer.hw.accumulators.add_spacing` cycles before waits;
   :func:`~tpuer.hw.matrix_unit.matrix_unit_latency` (``rows + cols + multiply_latency``)
-  cycles through the matrix unit; 2 more to commit into the accumulators;
+  cycles through the matrix unit; ``add_spacing`` more to commit into the accumulators;
   the activation unit's latency (:func:`~tpuer.hw.activation.activation_latency`: 7, 9
   with ``multiply_latency`` 2, or ``cols * (activation_steps + 37) + 1`` for the
   lane-serial unit, which takes a row only when it is empty);
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
   one per cycle;
-* host DMA engine and the host read server (an answer queue of ``cfg.host_read_queue``
-  rows for reads of either memory, a row taken in the cycle counted as room), which yields
+* host DMA engine and the host read server (an answer queue of
+  :func:`~tpuer.hw.datapath.host_answer_slots` rows for reads of either memory, a row taken in the cycle counted as room), which yields
   the memory ports to the datapath.
 """
 
 from collections import deque
 
+from ..hw.accumulators import add_spacing
 from ..hw.activation import activation_latency
-from ..hw.datapath import FEED_SLOTS
+from ..hw.datapath import feed_slots, host_answer_slots
 from ..hw.matrix_unit import matrix_unit_latency
 from ..isa import MatmulFlag, Opcode, WriteHostFlag
 
@@ -72,13 +74,15 @@ class CoreTiming:
         self.fifo_inner, self.fifo_out = 0, False
         self.tile_ready, self.load_index = False, 0
         # datapath: UB read in flight, feed queue, matrix unit pipeline, commit, activation
-        self.reading = None      # (new_tile, acc half, acc row, accumulate) of the UB read
+        # (new_tile, acc half, acc row, accumulate) of the UB reads issued 1, 2, ... cycles ago
+        self.reading = [None] * cfg.memory_read_latency
         self.feed = deque()
-        self.entered = None                      # acc row of the vector entered last cycle
+        # acc rows of the vectors that entered 1, 2, ... add_spacing - 1 cycles ago
+        self.entered = [None] * (add_spacing(cfg) - 1)
         self.pipe = [None] * matrix_unit_latency(cfg)
-        self.committing = [None, None]           # accumulator halves of writes in flight
+        self.committing = [None] * add_spacing(cfg)  # accumulator halves of writes in flight
         self.banks = [0, 0]
-        self.activating = False
+        self.activating = [False] * cfg.memory_read_latency  # acc reads 1, 2, ... ago
         self.act_stages = [False] * activation_latency(cfg)   # rows taken 1, 2, ... ago
         # activation issuer: rows left to issue, next rows, the ranges under way
         self.issuer_left = 0
@@ -86,7 +90,8 @@ class CoreTiming:
         self.issuer_acc = (0, 0)
         self.issuer_ub = (0, 0)
         # host read server: a read issued last cycle, answers queued
-        self.server_fresh, self.server_level = False, 0
+        self.server_fresh = [False] * cfg.memory_read_latency   # reads 1, 2, ... ago
+        self.server_level = 0
         # host DMA engine
         self.dma_busy, self.dma_kind, self.dma_base, self.dma_count = False, _READ_HOST, 0, 0
         self.dma_requested = self.dma_answered = 0
@@ -95,19 +100,20 @@ class CoreTiming:
 
     def _snapshot(self):
         return (self.remaining, self.have_row, self.fifo_inner, self.fifo_out, self.tile_ready,
-                self.load_index, self.reading, tuple(self.feed), self.entered,
+                self.load_index, tuple(self.reading), tuple(self.feed), tuple(self.entered),
                 tuple(self.pipe),
-                tuple(self.committing), tuple(self.banks), self.activating,
-                tuple(self.act_stages), self.server_fresh, self.server_level,
+                tuple(self.committing), tuple(self.banks), tuple(self.activating),
+                tuple(self.act_stages), tuple(self.server_fresh), self.server_level,
                 self.issuer_left,
                 self.dma_busy, self.dma_requested, self.dma_answered)
 
     def _status(self):
         """The datapath's status seen by the sequencer in this cycle."""
-        matmul_busy = (self.reading is not None or bool(self.feed) or
+        matmul_busy = (any(r is not None for r in self.reading) or bool(self.feed) or
                        any(p is not None for p in self.pipe) or
                        any(c is not None for c in self.committing))
-        activate_busy = self.activating or any(self.act_stages) or self.issuer_left != 0
+        activate_busy = (any(self.activating) or any(self.act_stages) or
+                         self.issuer_left != 0)
         reader_busy = self.remaining != 0 or self.have_row
         return matmul_busy, activate_busy, reader_busy
 
@@ -122,20 +128,21 @@ class CoreTiming:
 
         # matrix unit input: the head of the feed queue (new_tile, acc half, acc row,
         # accumulate) enters unless it waits for a tile, or adds to the accumulator row of
-        # the row that entered in the cycle before
+        # a row that entered in the add_spacing - 1 cycles before
         head = self.feed[0] if self.feed else None
-        offered = head is not None and not (head[3] and head[2] == self.entered)
+        offered = head is not None and not (head[3] and head[2] in self.entered)
         accepted = offered and (not head[0] or self.tile_ready)
         switch = accepted and head[0]
         done["vector"] = accepted
         done["weight_stall"] = offered and head[0] and not self.tile_ready
 
-        matmul_ready = len(self.feed) + (self.reading is not None) < FEED_SLOTS
+        reads = sum(r is not None for r in self.reading)
+        matmul_ready = len(self.feed) + reads < feed_slots(cfg)
         matmul = command.get("matmul")
         issue = matmul is not None and matmul_ready
         done["matmul"] = issue
         if cfg.activation_steps:   # the lane-serial unit takes a row when it is empty
-            act_ready = not self.activating and not any(self.act_stages[:-1])
+            act_ready = not any(self.activating) and not any(self.act_stages[:-1])
         else:
             act_ready = True
         activate_valid = self.issuer_left != 0   # the issuer offers a row this cycle
@@ -172,11 +179,11 @@ class CoreTiming:
                 if dma_requested == self.dma_count:
                     dma_busy = False
         elif self.dma_busy:
-            fresh, level = self.server_fresh, self.server_level
+            fresh, level = sum(self.server_fresh), self.server_level
             blocked = activate_valid if self.dma_kind == _WRITE_ACC else matmul is not None
             taken = level > 0              # the host takes every answer at once
             if (self.dma_requested != self.dma_count and not blocked and
-                    level + fresh - taken < cfg.host_read_queue):
+                    level + fresh - taken < host_answer_slots(cfg)):
                 server_issue = True
                 dma_requested += 1
             if taken:
@@ -204,23 +211,23 @@ class CoreTiming:
         committing = self.committing[-1]
         self.committing = [result] + self.committing[:-1]
         self.pipe = [head[1] if accepted else None] + self.pipe[:-1]
-        self.entered = head[2] if accepted else None
+        self.entered = [head[2] if accepted else None] + self.entered[:-1]
         if accepted:
             self.feed.popleft()
-        if self.reading is not None:
-            self.feed.append(self.reading)
+        if self.reading[-1] is not None:
+            self.feed.append(self.reading[-1])
+        read = None
         if issue:
             issue_half = int(matmul[1] >= half)
             self.banks[issue_half] += 1
-            self.reading = (matmul[0], issue_half, matmul[1], matmul[2])
-        else:
-            self.reading = None
+            read = (matmul[0], issue_half, matmul[1], matmul[2])
+        self.reading = [read] + self.reading[:-1]
         if committing is not None:
             self.banks[committing] -= 1
 
-        draining = self.activating or any(self.act_stages)
-        self.act_stages = [self.activating] + self.act_stages[:-1]
-        self.activating = activate
+        draining = any(self.activating) or any(self.act_stages)
+        self.act_stages = [self.activating[-1]] + self.act_stages[:-1]
+        self.activating = [activate] + self.activating[:-1]
         if activate:
             self.issuer_left -= 1
         if done["activate_request"]:
@@ -232,8 +239,8 @@ class CoreTiming:
             else:
                 self.issuer_ub = (ub, ub + count)
 
-        self.server_level += int(self.server_fresh) - int(server_take)
-        self.server_fresh = server_issue
+        self.server_level += int(self.server_fresh[-1]) - int(server_take)
+        self.server_fresh = [server_issue] + self.server_fresh[:-1]
 
         self.dma_busy, self.dma_requested, self.dma_answered = dma_busy, dma_requested, dma_answered
         if dma_taken:

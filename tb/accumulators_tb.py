@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..hw.accumulators import AccumulatorMemory
+from ..hw.accumulators import AccumulatorMemory, add_spacing
 from ..sim.accumulator_model import AccumulatorModel
 from .harness import reference_instance
 from .memory_checks import MemoryPorts, check_memory, clearing_writes
@@ -11,11 +11,14 @@ from .packing import Codec
 __all__ = ["BENCHES"]
 
 
-async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2,
+async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=None,
                skewed_lanes=False):
     dut = reference_instance(AccumulatorMemory(cfg, skewed_lanes=skewed_lanes))
+    spacing = add_spacing(cfg)
     if skewed_lanes:
         store_after = 0
+    elif store_after is None:
+        store_after = spacing
     model = AccumulatorModel(cfg)
     top = 1 << cfg.acc_addr_width
 
@@ -30,31 +33,32 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2,
     schedule = [(None, None)] * (cfg.cols - 1 if skewed_lanes else 0)
     schedule += clearing_writes(cfg.acc_depth, lambda addr: {
         "addr": addr, "data": zeros, "accumulate": 0})
-    last_written = None
+    recently_written = [None] * (spacing - 1)
     for _ in range(cycles):
         read = address() if rng.random() < 0.6 else None
         write = None
         if rng.random() < 0.8:
             write = {"addr": address(), "data": values(), "accumulate": int(rng.random() < 0.7)}
-            # The memory's rule: no addition to the row written in the cycle before (an
-            # overwrite of it is fine, an addition a cycle later too).
-            if write["accumulate"] and write["addr"] == last_written:
+            # The memory's rule: no addition to a row written in the add_spacing - 1 cycles
+            # before (an overwrite of it is fine, an addition add_spacing cycles later too).
+            if write["accumulate"] and write["addr"] in recently_written:
                 write["accumulate"] = 0
-        last_written = write["addr"] if write else None
+        recently_written = [write["addr"] if write else None] + recently_written[:-1]
         schedule.append((read, write))
 
-    schedule.append((None, None))      # a last cycle to see the last write's overflow
+    schedule += [(None, None)] * (spacing - 1)   # to see the last write's overflow
 
     # A read or a write's range_error shows in cycle t + 1; a write requested in cycle t
-    # is stored at the end of cycle t + store_after (2, or 0 for the memory without the
-    # stored-row register, which reads the row it adds to a cycle ahead and where a read
-    # of the row in cycle t is undefined), and reads requested after that see it; its
-    # overflow shows in t + 2. The next cycle's write is announced on next_write_*.
+    # is stored at the end of cycle t + store_after (add_spacing, or 0 for the memory
+    # without the stored-row register, which reads the row it adds to a cycle ahead and
+    # where a read of the row in cycle t is undefined), and reads requested after that
+    # see it; its overflow shows in t + add_spacing. The next cycle's write is announced
+    # on next_write_*.
     expected = [(None, {"overflow": 0, "range_error": 0}) for _ in schedule]
     in_flight = []
 
     def commit(requested, write):
-        expected[requested + 1][1]["overflow"] = int(model.write(
+        expected[requested + spacing - 1][1]["overflow"] = int(model.write(
             write["addr"], write["data"], bool(write["accumulate"])))
 
     for cycle, (read, write) in enumerate(schedule):
@@ -81,12 +85,13 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=2,
                        "accumulate": (1, False)}) if skewed_lanes else None
     ports = MemoryPorts(schedule, {"data": ("data", Codec(dut.row_layout).encode),
                                    "accumulate": ("accumulate", int)},
-                        flags=("overflow", "range_error"), lookahead=True, skew=skew)
+                        flags=("overflow", "range_error"), lookahead=True, skew=skew,
+                        read_latency=cfg.memory_read_latency)
     await check_memory(io, ports, expected, Codec(dut.row_layout).decode,
                        f"accumulators {cfg.name}")
 
 
-async def bench_random(io, cfg, rng, store_after=2, skewed_lanes=False):
+async def bench_random(io, cfg, rng, store_after=None, skewed_lanes=False):
     """Random overwrites and accumulations of full-range words, back-to-back overwrites and
     additions a cycle apart on the same rows, out-of-range addresses."""
     await _run(io, cfg, rng, 400, lambda: rng.integers(cfg.acc_min, cfg.acc_max + 1, cfg.cols,
@@ -95,7 +100,7 @@ async def bench_random(io, cfg, rng, store_after=2, skewed_lanes=False):
                skewed_lanes=skewed_lanes)
 
 
-async def bench_saturation(io, cfg, rng, store_after=2, skewed_lanes=False):
+async def bench_saturation(io, cfg, rng, store_after=None, skewed_lanes=False):
     """Sums that reach and pass the accumulator's limits, on a few rows: saturation and the
     overflow flag, lane by lane."""
     big = cfg.acc_max // 2 + 1

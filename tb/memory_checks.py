@@ -13,9 +13,10 @@ def clearing_writes(depth, write):
 
 class MemoryPorts:
     """Drives one read and one write per cycle from a schedule and records what the block
-    returns one cycle later (its read latency)."""
+    returns: its flags every cycle, its read data ``read_latency`` cycles after a read."""
 
-    def __init__(self, schedule, write_fields, flags, *, lookahead=False, skew=None):
+    def __init__(self, schedule, write_fields, flags, *, lookahead=False, skew=None,
+                 read_latency=1):
         self.schedule = schedule            # list of (read or None, write or None)
         self.write_fields = write_fields    # {port suffix: (key, encode)}
         self.flags = flags                  # output flags sampled each cycle
@@ -24,6 +25,7 @@ class MemoryPorts:
         # lane)}): every write port has a lane each, and lane j of a write comes
         # lanes - 1 - j cycles before its last lane, whose cycle the schedule gives.
         self.skew = skew
+        self.read_latency = read_latency
         self.index = 0
         self.samples = []
 
@@ -54,7 +56,7 @@ class MemoryPorts:
 
     @property
     def done(self):
-        return self.index > len(self.schedule)
+        return self.index >= len(self.schedule) + self.read_latency
 
     def drive(self, io):
         read, write = self.schedule[self.index] if self.index < len(self.schedule) else (None, None)
@@ -82,8 +84,9 @@ class MemoryPorts:
 
     def sample(self, io):
         sample = {name: io.get(name) for name in self.flags}
-        previous = self.schedule[self.index - 1] if 0 < self.index <= len(self.schedule) else None
-        if previous is not None and previous[0] is not None:
+        back = self.index - self.read_latency
+        requested = self.schedule[back] if 0 <= back < len(self.schedule) else None
+        if requested is not None and requested[0] is not None:
             sample["read_data"] = io.get("read_data")   # only defined after a read
         self.samples.append(sample)
         self.index += 1
@@ -91,13 +94,14 @@ class MemoryPorts:
 
 async def check_memory(io, ports, expected, decode, label):
     """Run ``ports`` and compare, for each cycle ``t`` with a read, the data sampled in cycle
-    ``t + 1`` and the flags, with ``expected[t] = (data or None, {flag: value})``."""
+    ``t + ports.read_latency``, and the flags sampled in cycle ``t + 1``, with
+    ``expected[t] = (data or None, {flag: value})``."""
     await run_cycles(io, [ports], until=lambda: ports.done,
-                     max_cycles=len(ports.schedule) + 4)
+                     max_cycles=len(ports.schedule) + ports.read_latency + 3)
     for cycle, (want_data, want_flags) in enumerate(expected):
         got = ports.samples[cycle + 1]
         if want_data is not None:
-            data = decode(got["read_data"])
+            data = decode(ports.samples[cycle + ports.read_latency]["read_data"])
             if [int(v) for v in data] != [int(v) for v in want_data]:
                 raise TestbenchError(f"[{io.simulator} {label}] cycle {cycle}: read "
                                      f"{[int(v) for v in data]}, expected "

@@ -43,7 +43,8 @@ async def _run(io, cfg, schedule):
             model.write(write["addr"], write["data"], write["mask"])
     fields = {"data": ("data", Codec(dut.row_layout).encode),
               "mask": ("mask", lambda mask: sum(1 << lane for lane, on in enumerate(mask) if on))}
-    ports = MemoryPorts(schedule, fields, flags=("range_error",))
+    ports = MemoryPorts(schedule, fields, flags=("range_error",),
+                        read_latency=cfg.memory_read_latency)
     await check_memory(io, ports, expected, Codec(dut.row_layout).decode, f"UB {cfg.name}")
 
 

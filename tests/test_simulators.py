@@ -82,7 +82,8 @@ def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
     ("matrix_unit", Config(rows=3, cols=2, multiply_latency=2)),
     ("matrix_unit", Config(rows=2, cols=3)),
     ("activation", Config(rows=2, cols=3, multiply_latency=2)),
-    ("datapath", Config(rows=3, cols=4, ub_depth=20, acc_depth=12, multiply_latency=2)),
+    ("datapath", Config(rows=3, cols=4, ub_depth=20, acc_depth=12, multiply_latency=2,
+                        memory_read_latency=2)),
 ], ids=lambda value: getattr(value, "name", value))
 def test_block_with_products_in_mult18x18d(block, cfg, tmp_path):
     """Blocks as the ULX3S's bitstream has them, on Icarus with tpuer's model of the

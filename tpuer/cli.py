@@ -24,6 +24,8 @@ _CONFIG_OPTIONS = [
                         "other cycle, smaller)"),
     ("multiply_latency", "cycles from a cell's activation to its product (2: the operands "
                          "registered too, for fast clocks)"),
+    ("memory_read_latency", "cycles from a Unified Buffer or accumulator read to its row (2: "
+                            "the block RAM's output registered, for fast clocks)"),
 ]
 
 
@@ -184,7 +186,8 @@ def _cmd_build(parser, args):
     try:
         build_board(args.board, rows=args.rows, cols=args.cols,
                     activation_steps=args.activation_steps,
-                    multiply_latency=args.multiply_latency, seed=args.seed,
+                    multiply_latency=args.multiply_latency,
+                    memory_read_latency=args.memory_read_latency, seed=args.seed,
                     router=args.router, clock_mhz=args.clock_mhz, block=args.block,
                     program=args.program)
     except (BuildError, ValueError) as error:
@@ -292,6 +295,9 @@ def build_parser():
     build.add_argument("--multiply-latency", type=int,
                        help="1 or 2, 2 to register the multipliers' operands too (default: "
                             "the board's)")
+    build.add_argument("--memory-read-latency", type=int,
+                       help="1 or 2, 2 to register the block RAMs' outputs before any logic "
+                            "(default: the board's)")
     build.add_argument("--block", choices=list(blocks()),
                        help="build this block of the TPU alone, between registers, for its "
                             "resources and Fmax (the bitstream is not to be programmed)")

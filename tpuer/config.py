@@ -73,6 +73,13 @@ class Config:
         their operands in such registers too, and its latency grows from 7 to 9
         (:func:`~tpuer.hw.activation.activation_latency`). The matrix unit's latency
         grows by a cycle.
+    memory_read_latency : int
+        Cycles from a read request to the Unified Buffer or the accumulators to its row. 1
+        (the default). 2: the block RAM's output goes into a register before any logic
+        (a bounds check, a multiplexer) sees it, for fast clocks on the ECP5, whose DP16KD
+        takes most of a 10 ns period from its clock to its data. Every read of either
+        memory (the matrix unit's feed, the activation unit's input, the host's reads)
+        then takes a cycle more.
 
     Raises
     ------
@@ -92,6 +99,7 @@ class Config:
     activation_steps: int = 0
     host_read_queue: int = 2
     multiply_latency: int = 1
+    memory_read_latency: int = 1
 
     def __post_init__(self):
         _check_int("rows", self.rows, 1, 256)
@@ -114,6 +122,7 @@ class Config:
                               f"4, 8, 16, 32 (steps per lane), not {self.activation_steps!r}")
         _check_int("host_read_queue", self.host_read_queue, 1, 2)
         _check_int("multiply_latency", self.multiply_latency, 1, 2)
+        _check_int("memory_read_latency", self.memory_read_latency, 1, 2)
         if self.weight_fifo_tiles * self.rows < 2:
             raise ConfigError(
                 "the Weight FIFO must hold at least 2 rows to pass one row per cycle: "
@@ -225,6 +234,8 @@ class Config:
             name += f"-hq{self.host_read_queue}"
         if self.multiply_latency != defaults.multiply_latency:
             name += f"-ml{self.multiply_latency}"
+        if self.memory_read_latency != defaults.memory_read_latency:
+            name += f"-mr{self.memory_read_latency}"
         return name
 
     def as_dict(self):
