@@ -20,7 +20,9 @@ class Board:
     the TPU that fits it, ``programmer`` the tool that flashes it. ``seed`` is nextpnr's
     placement seed (``None``: nextpnr's default) and ``router`` its router (``None``: its
     default, router1); the tools are deterministic, so a seed, a router and the tool
-    versions of ``pyproject.toml`` fix the result of a build."""
+    versions of ``pyproject.toml`` fix the result of a build. ``global_reset`` (ECP5) puts
+    the design's reset on a primary clock network (see
+    :func:`~tpuer.fpga.pll.add_pll_domain`)."""
     name: str
     description: str
     family: str                  # "ice40" or "ecp5"
@@ -34,6 +36,7 @@ class Board:
     uart_note: str = ""
     seed: int | None = None
     router: str | None = None
+    global_reset: bool = False
     extra: dict = field(default_factory=dict)
 
     def platform_class(self):

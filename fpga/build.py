@@ -141,12 +141,12 @@ def tool_options(family, seed=None, router=None):
 
 
 def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_latency=None,
-                memory_read_latency=None, seed=None, router=None, clock_mhz=None, block=None,
-                build_dir=None, program=False, say=print):
+                memory_read_latency=None, seed=None, router=None, clock_mhz=None,
+                global_reset=None, block=None, build_dir=None, program=False, say=print):
     """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols``, the
     activation unit's ``activation_steps``, the ``multiply_latency``, the
-    ``memory_read_latency``, nextpnr's placement ``seed`` and ``router`` and the clock
-    target ``clock_mhz`` changed if given), write
+    ``memory_read_latency``, nextpnr's placement ``seed`` and ``router``, the clock
+    target ``clock_mhz`` and the ``global_reset`` changed if given), write
     ``report.json`` and ``report.md`` beside it, and return the report. With ``block`` (a
     name of :func:`tpuer.hw.export.blocks`) the bitstream holds that block of the TPU
     alone between registers (:class:`~tpuer.fpga.block_bench.BlockBenchTop`), built for
@@ -170,6 +170,11 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
             raise BuildError(f"at {board.clock_mhz:g} MHz the UART's bit time is "
                              f"{board.baud_error:.1%} off {board.baud} baud (2% at most); "
                              f"choose a faster clock")
+    if global_reset is not None:
+        if global_reset and board.family != "ecp5":
+            raise BuildError("a reset on a clock network (--global-reset) is made for the "
+                             "ECP5 boards only")
+        board = replace(board, global_reset=bool(global_reset))
     cfg = board.config
     if rows is not None or cols is not None:
         cfg = replace(cfg, rows=rows or cfg.rows, cols=cols or cfg.cols)
@@ -180,11 +185,13 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     if memory_read_latency is not None:
         cfg = replace(cfg, memory_read_latency=memory_read_latency)
     what = f"{block}-" if block else ""
-    # Latencies other than the board's get a directory of their own.
+    # Latencies and a reset other than the board's get a directory of their own.
     default = find_board(name)
     latencies = "".join(f"-{short}{getattr(cfg, field)}" for short, field in
                         (("ml", "multiply_latency"), ("mr", "memory_read_latency"))
                         if getattr(cfg, field) != getattr(default.config, field))
+    if board.global_reset != default.global_reset:
+        latencies += "-gr" if board.global_reset else "-no-gr"
     build_dir = Path(build_dir or Path("build") / "fpga" /
                      f"{name}-{what}{cfg.rows}x{cfg.cols}{latencies}")
     seed = board.seed if seed is None else seed

@@ -3,7 +3,7 @@
 
 from dataclasses import dataclass
 
-from amaranth.hdl import ClockDomain, ClockSignal, Instance, Signal
+from amaranth.hdl import ClockDomain, ClockSignal, Instance, ResetSignal, Signal
 from amaranth.lib.cdc import ResetSynchronizer
 
 __all__ = ["PLLSetting", "ice40_pll", "ecp5_pll", "PLLError", "add_pll_domain"]
@@ -73,9 +73,17 @@ def ecp5_pll(input_mhz, output_mhz, *, tolerance=0.01):
                                                "CLKOP_CPHASE": clkop // 2 - 1})
 
 
-def add_pll_domain(m, setting, clock_pin, *, domain="sync"):
+def add_pll_domain(m, setting, clock_pin, *, domain="sync", global_reset=False):
     """Make clock domain ``domain`` from ``clock_pin`` through the PLL of ``setting``; it
-    stays in reset until the PLL locks. Returns the domain."""
+    stays in reset until the PLL locks. Returns the domain.
+
+    With ``global_reset`` (ECP5 only) the synchronised reset reaches its flip-flops over a
+    primary clock network, through a DCCA, instead of the general routing: a net with
+    thousands of loads otherwise crowds the routing around every block it reaches.
+    """
+    if global_reset and setting.family != "ecp5":
+        raise ValueError("a reset on a clock network (global_reset) is made for the ECP5 "
+                         "only")
     cd = ClockDomain(domain)
     m.domains += cd
     locked = Signal()
@@ -104,5 +112,15 @@ def add_pll_domain(m, setting, clock_pin, *, domain="sync"):
             i_PLLWAKESYNC=0, i_ENCLKOP=0,
             o_CLKOP=ClockSignal(domain), o_LOCK=locked)
     # In reset until the PLL locks; released in step with the new clock.
-    m.submodules.reset_sync = ResetSynchronizer(~locked, domain=domain)
+    if global_reset:
+        # The synchroniser in a domain of its own on the same clock, whose reset (the
+        # synchronised one) the DCCA puts on a clock network as the domain's reset.
+        source = ClockDomain(f"{domain}_reset_source")
+        m.domains += source
+        m.d.comb += ClockSignal(source.name).eq(ClockSignal(domain))
+        m.submodules.reset_sync = ResetSynchronizer(~locked, domain=source.name)
+        m.submodules.reset_buffer = Instance("DCCA", i_CLKI=ResetSignal(source.name), i_CE=1,
+                                             o_CLKO=ResetSignal(domain))
+    else:
+        m.submodules.reset_sync = ResetSynchronizer(~locked, domain=domain)
     return cd

@@ -20,14 +20,15 @@ def board_pll(board, platform):
 
 def add_board_clock(m, board, platform):
     """Make the ``sync`` domain of ``m`` at ``board.clock_mhz`` from the board's oscillator
-    through the PLL (in reset until it locks); returns the PLL setting."""
+    through the PLL (in reset until it locks; on a clock network with
+    ``board.global_reset``); returns the PLL setting."""
     setting = board_pll(board, platform)
     pin = platform.request(platform.default_clk, dir="-")
     if board.family == "ice40":
         add_pll_domain(m, setting, pin.io)
     else:
         m.submodules.clock_in = clock_in = io.Buffer("i", pin)
-        add_pll_domain(m, setting, clock_in.i)
+        add_pll_domain(m, setting, clock_in.i, global_reset=board.global_reset)
     # No constraint on the PLL's output: nextpnr derives it from the oscillator's (the
     # board file constrains that pin) and the PLL's dividers.
     return setting

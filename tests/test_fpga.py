@@ -103,6 +103,29 @@ def test_board_top_level_elaborates_with_its_pll_and_uart(name):
     assert "uart" in constraints.lower()
 
 
+@pytest.mark.parametrize("global_reset", [False, True])
+def test_a_global_reset_reaches_the_design_through_a_dcca(global_reset, tmp_path):
+    """With ``global_reset`` the ECP5 top level's reset (``rst``, which every flip-flop of
+    the design takes) is a DCCA's output fed by the synchroniser; without it, no DCCA.
+    An iCE40 board refuses it before the tools run."""
+    import re
+    from tpuer.fpga.build import BuildError, build_board
+    b = replace(board("ulx3s-85f"), global_reset=global_reset)
+    cfg = replace(b.config, rows=2, cols=2, ub_depth=16, acc_depth=16, weight_tiles=4,
+                  program_depth=16)
+    rtlil = b.make_platform().prepare(BoardTop(b, cfg), name="tpuer").files["tpuer.il"]
+    dccas = re.findall(r"cell \\DCCA \\\S+\n((?:    connect .*\n)+)", rtlil)
+    if not global_reset:
+        assert dccas == []
+        return
+    assert len(dccas) == 1
+    ports = dict(line.split()[1:3] for line in dccas[0].splitlines())
+    assert ports == {"\\CLKI": "\\sync_reset_source_rst", "\\CE": "1'1", "\\CLKO": "\\rst"}
+    with pytest.raises(BuildError, match="for the ECP5 boards only"):
+        build_board("icebreaker", global_reset=True, build_dir=tmp_path / "build")
+    assert not (tmp_path / "build").exists()
+
+
 @pytest.mark.parametrize("family", ["ice40", "ecp5"])
 def test_the_placement_seed_and_router_reach_nextpnr(family):
     from tpuer.fpga.build import tool_options
@@ -144,6 +167,8 @@ def test_build_command_lists_boards_and_refuses_unknown_ones():
     assert slow.returncode == 1 and "off 115200 baud" in slow.stderr
     unreachable = run("build", "--board", "ulx3s-12f", "--clock-mhz", "2000")
     assert unreachable.returncode == 1 and "no ECP5 PLL setting makes 2000" in unreachable.stderr
+    reset = run("build", "--board", "icebreaker", "--global-reset")
+    assert reset.returncode == 1 and "for the ECP5 boards only" in reset.stderr
     flash = run("flash", "--board", "icebreaker", "--build-dir", "/nonexistent")
     assert flash.returncode == 1
     assert "iceprog" in flash.stderr

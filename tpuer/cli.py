@@ -188,7 +188,8 @@ def _cmd_build(parser, args):
                     activation_steps=args.activation_steps,
                     multiply_latency=args.multiply_latency,
                     memory_read_latency=args.memory_read_latency, seed=args.seed,
-                    router=args.router, clock_mhz=args.clock_mhz, block=args.block,
+                    router=args.router, clock_mhz=args.clock_mhz,
+                    global_reset=args.global_reset, block=args.block,
                     program=args.program)
     except (BuildError, ValueError) as error:
         print(f"tpuer build: {error}", file=sys.stderr)
@@ -298,6 +299,9 @@ def build_parser():
     build.add_argument("--memory-read-latency", type=int,
                        help="1 or 2, 2 to register the block RAMs' outputs before any logic "
                             "(default: the board's)")
+    build.add_argument("--global-reset", action=argparse.BooleanOptionalAction,
+                       help="ECP5: the reset on a primary clock network rather than the "
+                            "general routing (default: the board's)")
     build.add_argument("--block", choices=list(blocks()),
                        help="build this block of the TPU alone, between registers, for its "
                             "resources and Fmax (the bitstream is not to be programmed)")
