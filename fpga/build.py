@@ -154,9 +154,11 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     missed, ``ConfigError`` for a bad configuration."""
     board = find_board(name)
     if block is not None:
-        from ..hw.export import blocks
-        if block not in blocks():
-            raise BuildError(f"unknown block {block!r}; known blocks: {', '.join(blocks())}")
+        from ..hw.export import check_block
+        try:
+            check_block(block)
+        except ValueError as error:
+            raise BuildError(str(error)) from None
         if program:
             raise BuildError(f"the bitstream of the block {block} alone computes nothing "
                              f"useful; it is built for its report, not to be programmed")

@@ -3,7 +3,7 @@
 from amaranth.back import verilog
 from amaranth.hdl import Signal
 
-__all__ = ["port_signals", "port_map", "to_verilog", "blocks", "build_block"]
+__all__ = ["port_signals", "port_map", "to_verilog", "blocks", "check_block", "build_block"]
 
 
 def port_signals(component):
@@ -57,9 +57,13 @@ def blocks():
     }
 
 
+def check_block(name):
+    """Raise a ``ValueError`` naming the known blocks unless ``name`` is one of them."""
+    if name not in blocks():
+        raise ValueError(f"unknown block {name!r}; known blocks: {', '.join(blocks())}")
+
+
 def build_block(name, cfg):
     """A new instance of block ``name`` for configuration ``cfg``."""
-    table = blocks()
-    if name not in table:
-        raise ValueError(f"unknown block {name!r}; known blocks: {', '.join(table)}")
-    return table[name](cfg)
+    check_block(name)
+    return blocks()[name](cfg)
