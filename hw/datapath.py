@@ -328,10 +328,12 @@ def _any(bits):
 
 
 def host_answer_slots(cfg):
-    """Rows the queue of answers to the host's reads holds: ``cfg.host_read_queue``, and one
-    more for each further cycle of ``cfg.memory_read_latency``, so that a reader that keeps
-    up still gets a row per cycle (the cycle model uses it too)."""
-    return cfg.host_read_queue + cfg.memory_read_latency - 1
+    """Rows the queue of answers to the host's reads holds: ``cfg.host_read_queue``, and
+    with ``cfg.memory_read_latency`` 2 two more, so that a reader that keeps up still gets
+    a row per cycle: one for the read's cycle more, one because the room for a read then
+    counts only what registers hold, not an answer taken in the same cycle (whose ``ready``
+    comes from the host's side, through the DMA engine). The cycle model uses it too."""
+    return cfg.host_read_queue + 2 * (cfg.memory_read_latency - 1)
 
 
 def _serve_host_reads(m, cfg, request, response, acc_data, ub_data, *, blocked):
@@ -340,7 +342,8 @@ def _serve_host_reads(m, cfg, request, response, acc_data, ub_data, *, blocked):
     A request is taken when ``blocked`` (the datapath's own read of that memory) is low and
     its row is sure to find room in the answer queue (:func:`host_answer_slots` rows), which
     holds the rows until ``response`` takes them: the rows queued and the ones still being
-    read, less one taken this cycle, leave room for one more. (A reader that takes every
+    read, less one taken this cycle (with ``cfg.memory_read_latency`` 1), leave room for
+    one more. (A reader that takes every
     answer at once so gets a row per cycle with ``cfg.host_read_queue`` 2, every other
     cycle with 1.) The row is widened into the answer layout as it enters the queue.
     Returns the signal that is high in the cycle the host's address must be on the port.
@@ -352,10 +355,13 @@ def _serve_host_reads(m, cfg, request, response, acc_data, ub_data, *, blocked):
     fresh_acc = Signal()         # ... of the accumulators
     reads = _delayed(m, cfg, fresh, fresh_acc, "host_reading")
     arrived, arrived_acc = reads[-1]     # its row is on the port's output this cycle
-    taken = queue.r_rdy & response.ready
-    # level + reads in flight - taken < depth, with the late ``taken`` last
     held = queue.level + _count(valid for valid, _ in reads)
-    room = (held < depth) | (taken & (held < depth + 1))
+    if cfg.memory_read_latency == 1:
+        taken = queue.r_rdy & response.ready
+        # level + reads in flight - taken < depth, with the late ``taken`` last
+        room = (held < depth) | (taken & (held < depth + 1))
+    else:               # from registers only, for fast clocks (a slot more, above)
+        room = held < depth
     issue = request.valid & ~blocked & room
     row = Signal(response.payload.shape())
     for lane in range(cfg.ub_lanes):

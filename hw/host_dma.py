@@ -29,7 +29,8 @@ class HostDMA(wiring.Component):
     address range ``[low, high)``), so that the sequencer can hold back instructions that
     touch those rows.
 
-    Latency: a transfer of ``n`` rows takes ``n`` cycles (``n + 2`` for writes to the host)
+    Latency: a transfer of ``n`` rows takes ``n`` cycles (``n + 1 + memory_read_latency``
+    for writes to the host)
     when the host keeps up and the datapath's own traffic leaves the memory port free.
     """
 

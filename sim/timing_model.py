@@ -32,7 +32,8 @@ What each block contributes (see the RTL for the reasons):
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
   one per cycle;
 * host DMA engine and the host read server (an answer queue of
-  :func:`~tpuer.hw.datapath.host_answer_slots` rows for reads of either memory, a row taken in the cycle counted as room), which yields
+  :func:`~tpuer.hw.datapath.host_answer_slots` rows for reads of either memory, a row
+  taken in the cycle counted as room with ``memory_read_latency`` 1), which yields
   the memory ports to the datapath.
 """
 
@@ -182,8 +183,10 @@ class CoreTiming:
             fresh, level = sum(self.server_fresh), self.server_level
             blocked = activate_valid if self.dma_kind == _WRITE_ACC else matmul is not None
             taken = level > 0              # the host takes every answer at once
+            # less what is taken this cycle, with memory_read_latency 1 (see host_answer_slots)
+            counted = taken if cfg.memory_read_latency == 1 else 0
             if (self.dma_requested != self.dma_count and not blocked and
-                    level + fresh - taken < host_answer_slots(cfg)):
+                    level + fresh - counted < host_answer_slots(cfg)):
                 server_issue = True
                 dma_requested += 1
             if taken:
