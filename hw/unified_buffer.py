@@ -32,10 +32,11 @@ class UnifiedBuffer(wiring.Component):
         An out-of-range address was presented with its enable in the previous cycle.
 
     Latency: a read returns data ``cfg.memory_read_latency`` cycles (1 or 2) after its
-    request; with 2 the block RAM's output is registered before any logic. A write requested in cycle ``t``
-    is seen by a read requested in cycle ``t + 1`` or later; a read of the row being written
-    in the same cycle returns the old row, or on an iCE40 an undefined one (the memory is
-    block RAM without Yosys's bypass there; the sequencer never lets the two meet).
+    request; with 2 the block RAM's output is registered before any logic. A write
+    requested in cycle ``t`` is seen by a read requested in cycle ``t + 1`` or later; a read
+    of the row being written in the same cycle returns the old row, or on an iCE40 an
+    undefined one (the memory is block RAM without Yosys's bypass there; the sequencer
+    never lets the two meet).
     """
 
     def __init__(self, cfg):
