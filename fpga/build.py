@@ -152,7 +152,7 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     alone between registers (:class:`~tpuer.fpga.block_bench.BlockBenchTop`), built for
     its report only. Raises :class:`BuildError` when a tool fails or the clock target is
     missed, ``ConfigError`` for a bad configuration."""
-    board = find_board(name)
+    board = default = find_board(name)      # default: before the options below change it
     if block is not None:
         from ..hw.export import check_block
         try:
@@ -188,7 +188,6 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
         cfg = replace(cfg, memory_read_latency=memory_read_latency)
     what = f"{block}-" if block else ""
     # Latencies and a reset other than the board's get a directory of their own.
-    default = find_board(name)
     latencies = "".join(f"-{short}{getattr(cfg, field)}" for short, field in
                         (("ml", "multiply_latency"), ("mr", "memory_read_latency"))
                         if getattr(cfg, field) != getattr(default.config, field))
