@@ -159,7 +159,10 @@ class Datapath(wiring.Component):
         slots = feed_slots(cfg)
         feed_layout = data.StructLayout({"data": data.ArrayLayout(cfg.operand_shape, cfg.rows),
                                          "new_tile": 1, "tag": tag})
-        m.submodules.feed = feed = ShiftQueue(width=feed_layout.size, depth=slots)
+        # With slower reads (fast clocks), the hold-back check below is made a cycle ahead.
+        ahead = cfg.memory_read_latency > 1
+        m.submodules.feed = feed = ShiftQueue(width=feed_layout.size, depth=slots,
+                                              lookahead=ahead)
         reading = Signal()                      # a matmul read was issued last cycle
         reading_cmd = Signal(self.matmul_layout)
         reads = _delayed(m, cfg, reading, reading_cmd, "reading")
@@ -189,14 +192,18 @@ class Datapath(wiring.Component):
                     Signal(cfg.acc_addr_width,
                            name="entered_addr" if k == 1 else f"entered_{k}_addr"))
                    for k in range(1, add_spacing(cfg))]
-        repeat = _any(was & head.tag.accumulate & (head.tag.acc_addr == addr)
-                      for was, addr in entered)
+        entering = mxu.rows.valid & mxu.rows.ready    # the head enters the matrix unit
+        if ahead:
+            repeat = _held_back_next(m, feed, feed_layout, entered, entering)
+        else:
+            repeat = _any(was & head.tag.accumulate & (head.tag.acc_addr == addr)
+                          for was, addr in entered)
         m.d.comb += [
             mxu.rows.payload.eq(feed.r_data),
             mxu.rows.valid.eq(feed.r_rdy & ~repeat),
             feed.r_en.eq(mxu.rows.ready & ~repeat),
         ]
-        m.d.sync += [entered[0][0].eq(mxu.rows.valid & mxu.rows.ready),
+        m.d.sync += [entered[0][0].eq(entering),
                      entered[0][1].eq(head.tag.acc_addr)]
         for (was, addr), (earlier, earlier_addr) in zip(entered[1:], entered):
             m.d.sync += [was.eq(earlier), addr.eq(earlier_addr)]
@@ -302,6 +309,26 @@ class Datapath(wiring.Component):
             self.range_error.eq(ub.range_error | acc.range_error),
         ]
         return m
+
+
+def _held_back_next(m, feed, feed_layout, entered, entering):
+    """The feed head's hold-back flag, decided in the cycle before from registers: the
+    head of the next cycle (``feed``'s lookahead, whichever way ``entering`` goes) against
+    the rows that will then have entered the matrix unit in the cycles before it (this
+    cycle's head if it enters, and ``entered`` but its oldest). Latency: the flag is a
+    register, so the matrix unit's handshake no longer waits on address comparisons."""
+    head = data.View(feed_layout, feed.r_data)
+
+    def adds_to_any(candidate, recent):
+        row = data.View(feed_layout, candidate)
+        return _any([0] + [was & row.tag.accumulate & (row.tag.acc_addr == addr)
+                           for was, addr in recent])
+
+    after_read = adds_to_any(feed.next_if_read, [(1, head.tag.acc_addr)] + entered[:-1])
+    after_kept = adds_to_any(feed.next_if_kept, entered[:-1])
+    held_back = Signal()
+    m.d.sync += held_back.eq(Mux(entering, after_read, after_kept))
+    return held_back
 
 
 def _delayed(m, cfg, valid, payload, name):

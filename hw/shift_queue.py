@@ -17,20 +17,30 @@ class ShiftQueue(wiring.Component):
     behind it, or the word written), which an FPGA's logic cell holds beside its
     flip-flop. Meant for a few entries; a write while full is ignored.
 
+    With ``lookahead``, two more members say what the head will be in the next cycle,
+    from registers and ``w_data`` only (not from ``r_en``), so that a user can decide
+    something about the next head a cycle ahead and keep the decision in a register:
+    ``next_if_read`` (entry 1, or the word written now if there is no entry 1) and
+    ``next_if_kept`` (the head, or the word written now into an empty queue). Either is
+    meaningful only if the queue will not be empty.
+
     Latency: a word written in cycle ``t`` can be read from cycle ``t + 1``; reading and
     writing in the same cycle is allowed, full or not (a write when full waits for
     ``w_rdy``, which does not count a read in the same cycle).
     """
 
-    def __init__(self, *, width, depth):
+    def __init__(self, *, width, depth, lookahead=False):
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be a positive integer, not {depth!r}")
-        self.width, self.depth = width, depth
-        super().__init__({
+        self.width, self.depth, self._lookahead = width, depth, lookahead
+        members = {
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
             "level": Out(range(depth + 1)),
-        })
+        }
+        if lookahead:
+            members |= {"next_if_read": Out(width), "next_if_kept": Out(width)}
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -47,4 +57,10 @@ class ShiftQueue(wiring.Component):
             written_here = write & (self.level == Mux(read, k + 1, k))
             with m.If(read | written_here):
                 m.d.sync += entry.eq(Mux(written_here, self.w_data, behind))
+        if self._lookahead:
+            second = entries[1] if self.depth > 1 else self.w_data
+            m.d.comb += [
+                self.next_if_read.eq(Mux(self.level > 1, second, self.w_data)),
+                self.next_if_kept.eq(Mux(self.level > 0, entries[0], self.w_data)),
+            ]
         return m

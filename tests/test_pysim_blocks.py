@@ -167,14 +167,17 @@ def test_stream_buffer_refuses_an_unknown_mode():
         gc.collect()
 
 
+@pytest.mark.parametrize("lookahead", [False, True])
 @pytest.mark.parametrize("depth", [1, 2, 3, 4])
-def test_shift_queue_against_a_deque(depth):
+def test_shift_queue_against_a_deque(depth, lookahead):
     """Random writes and reads, full and empty included, against Python's deque: the head,
-    the level and both ready flags every cycle."""
+    the level and both ready flags every cycle; with ``lookahead``, that the next cycle's
+    head (when there is one) is the lookahead member of this cycle's way (read or not)."""
     from collections import deque
     from tpuer.hw.shift_queue import ShiftQueue
     from tpuer.tb.harness import TestbenchError
     rng = rng_for("shift_queue", depth)
+    lookahead_checks = 0
 
     async def bench(io):
         model = deque()
@@ -190,10 +193,22 @@ def test_shift_queue_against_a_deque(depth):
             io.set("w_en", w_en)
             io.set("w_data", word)
             io.set("r_en", r_en)
+            read = bool(r_en and model)
+            if lookahead:
+                predicted = io.get("next_if_read" if read else "next_if_kept")
             await io.tick()
-            if r_en and model:
+            if read:
                 model.popleft()
             if w_en and got["w_rdy"]:
                 model.append(word)
+            if lookahead and model:
+                nonlocal lookahead_checks
+                lookahead_checks += 1
+                if predicted != model[0]:
+                    raise TestbenchError(
+                        f"cycle {cycle}: the lookahead ({'read' if read else 'kept'}) said "
+                        f"{predicted}, the head is {model[0]}")
 
-    assert run_pysim(ShiftQueue(width=12, depth=depth), bench) > 0
+    queue = ShiftQueue(width=12, depth=depth, lookahead=lookahead)
+    assert run_pysim(queue, bench) > 0
+    assert lookahead_checks > 300 or not lookahead

@@ -79,7 +79,9 @@ class Config:
         (a bounds check, a multiplexer) sees it, for fast clocks on the ECP5, whose DP16KD
         takes most of a 10 ns period from its clock to its data. Every read of either
         memory (the matrix unit's feed, the activation unit's input, the host's reads)
-        then takes a cycle more.
+        then takes a cycle more. The handshakes around the reads are then decided from
+        registers (the feed's hold-back check a cycle ahead, the host reads' room from the
+        queue alone), which costs a few flip-flops and look-up tables and no cycles.
 
     Raises
     ------
