@@ -214,6 +214,8 @@ class HostInterface(wiring.Component):
         lanes = cfg.ub_lanes
         word = Signal(range(max(lanes, STATUS_WORDS) + 1))
         header_sent = Signal()
+        last_word = Signal()    # header_sent and word == words - 1: a register, so that
+        #                         taking a row (``host_out.ready``) waits on no comparison
         # The status words are read as they are sent (no copy): the counters of a stopped
         # program stand still, those of a running one go on between the words.
         status_words = [_state_word(self) if name == "state_word" else getattr(self, name)
@@ -229,7 +231,7 @@ class HostInterface(wiring.Component):
                         m.d.comb += row_word.eq(row[index].as_signed())
         with m.FSM(name="replies"):
             with m.State("Idle"):
-                m.d.sync += [word.eq(0), header_sent.eq(0)]
+                m.d.sync += [word.eq(0), header_sent.eq(0), last_word.eq(0)]
                 with m.If(status_request):
                     m.next = "Status"
                 with m.Elif(bad_request):
@@ -246,10 +248,12 @@ class HostInterface(wiring.Component):
                                  self.rsp.payload.eq(Mux(header_sent, value,
                                                          header(kind, words)))]
                     with m.If(self.rsp.ready):
-                        m.d.sync += header_sent.eq(1)
+                        m.d.sync += [header_sent.eq(1),
+                                     last_word.eq(Mux(header_sent, word + 2 == words,
+                                                      words == 1))]
                         with m.If(header_sent):
                             m.d.sync += word.eq(word + 1)
-                            with m.If(word == words - 1):
+                            with m.If(last_word):
                                 if state == "Status":
                                     m.d.sync += status_request.eq(0)
                                 else:
