@@ -281,10 +281,12 @@ class Datapath(wiring.Component):
             m.d.comb += [acc.read_addr.eq(self.activate.payload.acc_addr), acc.read_en.eq(1)]
         with m.Elif(host_issue & request.acc):
             m.d.comb += [acc.read_addr.eq(request.addr), acc.read_en.eq(1)]
-        with m.If(issue):
-            m.d.comb += [ub.read_addr.eq(self.matmul.payload.ub_addr), ub.read_en.eq(1)]
-        with m.Elif(host_issue & ~request.acc):
-            m.d.comb += [ub.read_addr.eq(request.addr), ub.read_en.eq(1)]
+        # The host's read waits while a matmul is offered, so the offer alone chooses the
+        # address: the multiplexer does not wait for the rest of the issue decision.
+        m.d.comb += [
+            ub.read_addr.eq(Mux(self.matmul.valid, self.matmul.payload.ub_addr, request.addr)),
+            ub.read_en.eq(issue | (host_issue & ~request.acc)),
+        ]
 
         # --- UB write port: activated rows first, then the host -------------------------
         m.d.comb += self.host_write.ready.eq(~act.o.valid)
