@@ -1,14 +1,12 @@
 """Accumulator memory: int32 result rows that a write either overwrites or adds to."""
 
-import operator
-from functools import reduce
-
 from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from .carry_chain import add_or_pass
+from .arith import any_of
 from .block_ram import BlockRAM
+from .carry_chain import add_or_pass
 from .memory_ports import bounded_read
 from .targets import is_ice40
 
@@ -223,7 +221,7 @@ class AccumulatorMemory(wiring.Component):
                 overflow_late = later
             m.d.sync += self.overflow.eq(overflow_late)
             read_port = read_addr, read_en, Cat(*read_words)
-        m.d.comb += self.write_pending.eq(reduce(operator.or_, valid))
+        m.d.comb += self.write_pending.eq(any_of(valid))
 
         read_data, read_bad = bounded_read(m, *read_port, addr=self.read_addr, en=self.read_en,
                                            depth=cfg.acc_depth,

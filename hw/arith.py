@@ -1,8 +1,11 @@
 """Small arithmetic helpers shared by the RTL blocks."""
 
+import operator
+from functools import reduce
+
 from amaranth.hdl import Const, Mux, Shape, Value
 
-__all__ = ["saturate", "above", "outside"]
+__all__ = ["saturate", "above", "outside", "any_of", "count_of"]
 
 
 def saturate(value, shape):
@@ -66,3 +69,15 @@ def outside(value, low, high):
         if (low, high) == (0, (1 << bits) - 1):
             return value[bits:].any() | (value[-1] if shape.signed else Const(0, 1))
     return (value < low) | (value > high)
+
+
+def any_of(bits):
+    """Whether any of ``bits`` (an iterable of 1-bit values) is high: an OR of them, the
+    bit itself when there is one."""
+    return reduce(operator.or_, bits)
+
+
+def count_of(bits):
+    """How many of ``bits`` (an iterable of 1-bit values) are high: their sum, the bit
+    itself when there is one."""
+    return reduce(operator.add, bits)

@@ -1,14 +1,12 @@
 """The whole datapath: Unified Buffer -> matrix unit -> accumulators -> activation -> UB."""
 
-import operator
-from functools import reduce
-
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .accumulators import AccumulatorMemory, add_spacing
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, activation_unit
+from .arith import any_of, count_of
 from .matrix_unit import MatrixUnit, matrix_unit_latency
 from .shift_queue import ShiftQueue
 from .targets import is_ice40
@@ -167,7 +165,7 @@ class Datapath(wiring.Component):
         reading_cmd = Signal(self.matmul_layout)
         reads = _delayed(m, cfg, reading, reading_cmd, "reading")
         arrived, arrived_cmd = reads[-1]        # the row of this read is on ub.read_data
-        room = feed.level + _count(valid for valid, _ in reads) < slots
+        room = feed.level + count_of(valid for valid, _ in reads) < slots
         issue = self.matmul.valid & room
         m.d.comb += self.matmul.ready.eq(room)
         m.d.sync += reading.eq(issue)
@@ -196,7 +194,7 @@ class Datapath(wiring.Component):
         if ahead:
             repeat = _held_back_next(m, feed, feed_layout, entered, entering)
         else:
-            repeat = _any(was & head.tag.accumulate & (head.tag.acc_addr == addr)
+            repeat = any_of(was & head.tag.accumulate & (head.tag.acc_addr == addr)
                           for was, addr in entered)
         m.d.comb += [
             mxu.rows.payload.eq(feed.r_data),
@@ -258,7 +256,7 @@ class Datapath(wiring.Component):
         activating = Signal()
         activating_ub_addr = Signal(cfg.ub_addr_width)
         activations = _delayed(m, cfg, activating, activating_ub_addr, "activating")
-        activations_in_flight = _any(valid for valid, _ in activations)
+        activations_in_flight = any_of(valid for valid, _ in activations)
         if cfg.activation_steps:   # a lane-serial unit takes a row only when it is empty
             m.d.comb += self.activate.ready.eq(~activations_in_flight & act.i.ready)
         else:
@@ -301,7 +299,7 @@ class Datapath(wiring.Component):
                          ub.write_mask.eq(self.host_write.payload.mask)]
 
         m.d.comb += [
-            self.matmul_busy.eq(_any(valid for valid, _ in reads) | feed.r_rdy | mxu.busy |
+            self.matmul_busy.eq(any_of(valid for valid, _ in reads) | feed.r_rdy | mxu.busy |
                                 acc.write_pending),
             self.activate_busy.eq(activations_in_flight | act.busy),
             self.busy.eq(self.matmul_busy | self.activate_busy),
@@ -323,7 +321,7 @@ def _held_back_next(m, feed, feed_layout, entered, entering):
 
     def adds_to_any(candidate, recent):
         row = data.View(feed_layout, candidate)
-        return _any([0] + [was & row.tag.accumulate & (row.tag.acc_addr == addr)
+        return any_of([0] + [was & row.tag.accumulate & (row.tag.acc_addr == addr)
                            for was, addr in recent])
 
     after_read = adds_to_any(feed.next_if_read, [(1, head.tag.acc_addr)] + entered[:-1])
@@ -344,16 +342,6 @@ def _delayed(m, cfg, valid, payload, name):
         m.d.sync += [later_valid.eq(stages[-1][0]), later.eq(stages[-1][1])]
         stages.append((later_valid, later))
     return stages
-
-
-def _count(bits):
-    """How many of ``bits`` are high (the bit itself when there is one)."""
-    return reduce(operator.add, bits)
-
-
-def _any(bits):
-    """Whether any of ``bits`` is high (the bit itself when there is one)."""
-    return reduce(operator.or_, bits)
 
 
 def host_answer_slots(cfg):
@@ -384,7 +372,7 @@ def _serve_host_reads(m, cfg, request, response, acc_data, ub_data, *, blocked):
     fresh_acc = Signal()         # ... of the accumulators
     reads = _delayed(m, cfg, fresh, fresh_acc, "host_reading")
     arrived, arrived_acc = reads[-1]     # its row is on the port's output this cycle
-    held = queue.level + _count(valid for valid, _ in reads)
+    held = queue.level + count_of(valid for valid, _ in reads)
     if cfg.memory_read_latency == 1:
         taken = queue.r_rdy & response.ready
         # level + reads in flight - taken < depth, with the late ``taken`` last
