@@ -8,6 +8,7 @@ from .accumulators import AccumulatorMemory, add_spacing
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, activation_unit
 from .arith import any_of, count_of
 from .matrix_unit import MatrixUnit, matrix_unit_latency
+from .ring_queue import RingQueue
 from .shift_queue import ShiftQueue
 from .targets import is_ice40
 from .unified_buffer import UnifiedBuffer
@@ -275,13 +276,13 @@ class Datapath(wiring.Component):
         host_issue = _serve_host_reads(
             m, cfg, self.host_read, self.host_data, acc.read_data, ub.read_data,
             blocked=Mux(request.acc, self.activate.valid, self.matmul.valid))
-        with m.If(self.activate.valid):
-            m.d.comb += [acc.read_addr.eq(self.activate.payload.acc_addr), acc.read_en.eq(1)]
-        with m.Elif(host_issue & request.acc):
-            m.d.comb += [acc.read_addr.eq(request.addr), acc.read_en.eq(1)]
-        # The host's read waits while a matmul is offered, so the offer alone chooses the
-        # address: the multiplexer does not wait for the rest of the issue decision.
+        # A host read of a memory waits while the datapath offers a read of it, so the
+        # offer alone chooses the address: the multiplexers do not wait for the rest of
+        # the issue decisions (the sequencer's, the feed's room, the host's arbitration).
         m.d.comb += [
+            acc.read_addr.eq(Mux(self.activate.valid, self.activate.payload.acc_addr,
+                                 request.addr)),
+            acc.read_en.eq(self.activate.valid | (host_issue & request.acc)),
             ub.read_addr.eq(Mux(self.matmul.valid, self.matmul.payload.ub_addr, request.addr)),
             ub.read_en.eq(issue | (host_issue & ~request.acc)),
         ]
@@ -363,10 +364,14 @@ def _serve_host_reads(m, cfg, request, response, acc_data, ub_data, *, blocked):
     one more. (A reader that takes every
     answer at once so gets a row per cycle with ``cfg.host_read_queue`` 2, every other
     cycle with 1.) The row is widened into the answer layout as it enters the queue.
+    With ``cfg.memory_read_latency`` 2 (fast clocks) the queue is a
+    :class:`~tpuer.hw.ring_queue.RingQueue`: the host's ``ready``, which comes late through
+    the DMA engine, then drives a pointer and not the enables of all the rows.
     Returns the signal that is high in the cycle the host's address must be on the port.
     """
     depth = host_answer_slots(cfg)
-    queue = ShiftQueue(width=len(response.payload.as_value()), depth=depth)
+    kind = RingQueue if cfg.memory_read_latency > 1 else ShiftQueue
+    queue = kind(width=len(response.payload.as_value()), depth=depth)
     m.submodules.host_answers = queue
     fresh = Signal()             # a host read was issued last cycle
     fresh_acc = Signal()         # ... of the accumulators

@@ -1,0 +1,55 @@
+"""A small first-in first-out queue whose entries stay where they were written."""
+
+from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["RingQueue"]
+
+
+class RingQueue(wiring.Component):
+    """``depth`` entries of ``width`` bits in a ring, with the members of a
+    :class:`~tpuer.hw.shift_queue.ShiftQueue` (``w_data``, ``w_en``, ``w_rdy``, ``r_data``,
+    ``r_en``, ``r_rdy``, ``level``).
+
+    A write goes into the entry at the write pointer; a read moves the read pointer only,
+    and the head is chosen from the entries by it (a multiplexer on ``r_data``). So
+    ``r_en`` drives two pointers and the level, not the enables of every entry as in a
+    :class:`~tpuer.hw.shift_queue.ShiftQueue`: for wide words whose reader decides late in
+    the cycle, at fast clocks. A write while full is ignored.
+
+    Latency: a word written in cycle ``t`` can be read from cycle ``t + 1``; reading and
+    writing in the same cycle is allowed, full or not (a write when full waits for
+    ``w_rdy``, which does not count a read in the same cycle).
+    """
+
+    def __init__(self, *, width, depth):
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be a positive integer, not {depth!r}")
+        self.width, self.depth = width, depth
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "level": Out(range(depth + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        entries = Array(Signal(self.width, name=f"entry{k}", reset_less=True)
+                        for k in range(self.depth))
+        write_at = Signal(range(self.depth))
+        read_at = Signal(range(self.depth))
+        read = self.r_en & self.r_rdy
+        write = self.w_en & self.w_rdy
+        m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
+                     self.r_data.eq(entries[read_at])]
+        m.d.sync += self.level.eq(self.level + write - read)
+
+        def after(pointer):
+            return Mux(pointer == self.depth - 1, 0, pointer + 1)
+
+        with m.If(write):
+            m.d.sync += [entries[write_at].eq(self.w_data), write_at.eq(after(write_at))]
+        with m.If(read):
+            m.d.sync += read_at.eq(after(read_at))
+        return m
