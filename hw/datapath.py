@@ -276,16 +276,32 @@ class Datapath(wiring.Component):
         host_issue = _serve_host_reads(
             m, cfg, self.host_read, self.host_data, acc.read_data, ub.read_data,
             blocked=Mux(request.acc, self.activate.valid, self.matmul.valid))
-        # A host read of a memory waits while the datapath offers a read of it, so the
-        # offer alone chooses the address: the multiplexers do not wait for the rest of
-        # the issue decisions (the sequencer's, the feed's room, the host's arbitration).
-        m.d.comb += [
-            acc.read_addr.eq(Mux(self.activate.valid, self.activate.payload.acc_addr,
-                                 request.addr)),
-            acc.read_en.eq(self.activate.valid | (host_issue & request.acc)),
-            ub.read_addr.eq(Mux(self.matmul.valid, self.matmul.payload.ub_addr, request.addr)),
-            ub.read_en.eq(issue | (host_issue & ~request.acc)),
-        ]
+        if ahead:
+            # A host read of a memory waits while the datapath offers a read of it, so the
+            # offer alone chooses the address: the multiplexers do not wait for the rest
+            # of the issue decisions (the sequencer's, the feed's room, the host's
+            # arbitration).
+            m.d.comb += [
+                acc.read_addr.eq(Mux(self.activate.valid, self.activate.payload.acc_addr,
+                                     request.addr)),
+                acc.read_en.eq(self.activate.valid | (host_issue & request.acc)),
+                ub.read_addr.eq(Mux(self.matmul.valid, self.matmul.payload.ub_addr,
+                                    request.addr)),
+                ub.read_en.eq(issue | (host_issue & ~request.acc)),
+            ]
+        else:
+            # The same reads, the addresses chosen by the whole issue decisions: the form
+            # the slower boards were placed and routed with (on the iCEBreaker the one
+            # above lost its 24 MHz to a different placement).
+            with m.If(self.activate.valid):
+                m.d.comb += [acc.read_addr.eq(self.activate.payload.acc_addr),
+                             acc.read_en.eq(1)]
+            with m.Elif(host_issue & request.acc):
+                m.d.comb += [acc.read_addr.eq(request.addr), acc.read_en.eq(1)]
+            with m.If(issue):
+                m.d.comb += [ub.read_addr.eq(self.matmul.payload.ub_addr), ub.read_en.eq(1)]
+            with m.Elif(host_issue & ~request.acc):
+                m.d.comb += [ub.read_addr.eq(request.addr), ub.read_en.eq(1)]
 
         # --- UB write port: activated rows first, then the host -------------------------
         m.d.comb += self.host_write.ready.eq(~act.o.valid)
