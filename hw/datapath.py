@@ -196,7 +196,7 @@ class Datapath(wiring.Component):
             repeat = _held_back_next(m, feed, feed_layout, entered, entering)
         else:
             repeat = any_of(was & head.tag.accumulate & (head.tag.acc_addr == addr)
-                          for was, addr in entered)
+                            for was, addr in entered)
         m.d.comb += [
             mxu.rows.payload.eq(feed.r_data),
             mxu.rows.valid.eq(feed.r_rdy & ~repeat),
