@@ -105,7 +105,7 @@ BOARDS = {b.name: b for b in [
                  host_read_queue=1),
           "iceprog", "ICEPROG", _ICE40_HINT,
           uart_note="the FTDI's second channel (/dev/ttyUSB1 on Linux)",
-          # Seed 6 routes the 4,455 cells (84%) to 25.9 MHz in about 3 minutes. (At 94% of
+          # Seed 6 routes the 4,444 cells (84%) to 25.1 MHz in about 3 minutes. (At 94% of
           # the cells, where the placement decided both the routing time and the Fmax, the
           # estimates of seeds 1, 2, 5 and 6 ran from 24.2 to 26.4 MHz; with 5,084 cells
           # nextpnr's default seed reached 21.6 MHz.)
