@@ -5,7 +5,7 @@ from functools import reduce
 
 from amaranth.hdl import Const, Mux, Shape, Value
 
-__all__ = ["saturate", "above", "outside", "any_of", "count_of"]
+__all__ = ["saturate", "above", "outside", "any_of", "count_of", "wrapped_increment"]
 
 
 def saturate(value, shape):
@@ -75,6 +75,12 @@ def any_of(bits):
     """Whether any of ``bits`` (an iterable of 1-bit values) is high: an OR of them, the
     bit itself when there is one."""
     return reduce(operator.or_, bits)
+
+
+def wrapped_increment(value, modulus):
+    """``(value + 1) % modulus`` for a ``value`` below the constant ``modulus``: a ring's
+    next position."""
+    return Mux(value == modulus - 1, 0, value + 1)
 
 
 def count_of(bits):

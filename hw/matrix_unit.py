@@ -1,9 +1,10 @@
 """The matrix unit: Weight FIFO, weight loader, data setup, systolic array and de-skew."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .arith import wrapped_increment
 from .data_setup import DiagonalSkew
 from .systolic_array import SystolicArray
 from .weight_fifo import WeightFIFO
@@ -130,7 +131,7 @@ class MatrixUnit(wiring.Component):
         ]
         last_row = loading & (load_index == cfg.rows - 1)
         with m.If(loading):
-            m.d.sync += load_index.eq(Mux(load_index == cfg.rows - 1, 0, load_index + 1))
+            m.d.sync += load_index.eq(wrapped_increment(load_index, cfg.rows))
         m.d.sync += tile_ready.eq(last_row | (tile_ready & ~switch))
 
         # --- input stage: accept, register, skew ------------------------------------------

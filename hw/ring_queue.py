@@ -1,8 +1,10 @@
 """A small first-in first-out queue whose entries stay where they were written."""
 
-from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.hdl import Array, Module, Signal
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+
+from .arith import wrapped_increment
+from .shift_queue import queue_members
 
 __all__ = ["RingQueue"]
 
@@ -24,14 +26,8 @@ class RingQueue(wiring.Component):
     """
 
     def __init__(self, *, width, depth):
-        if not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"depth must be a positive integer, not {depth!r}")
         self.width, self.depth = width, depth
-        super().__init__({
-            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
-            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
-            "level": Out(range(depth + 1)),
-        })
+        super().__init__(queue_members(width, depth))
 
     def elaborate(self, platform):
         m = Module()
@@ -44,12 +40,9 @@ class RingQueue(wiring.Component):
         m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
                      self.r_data.eq(entries[read_at])]
         m.d.sync += self.level.eq(self.level + write - read)
-
-        def after(pointer):
-            return Mux(pointer == self.depth - 1, 0, pointer + 1)
-
         with m.If(write):
-            m.d.sync += [entries[write_at].eq(self.w_data), write_at.eq(after(write_at))]
+            m.d.sync += [entries[write_at].eq(self.w_data),
+                         write_at.eq(wrapped_increment(write_at, self.depth))]
         with m.If(read):
-            m.d.sync += read_at.eq(after(read_at))
+            m.d.sync += read_at.eq(wrapped_increment(read_at, self.depth))
         return m

@@ -4,7 +4,20 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ShiftQueue"]
+__all__ = ["ShiftQueue", "queue_members"]
+
+
+def queue_members(width, depth):
+    """The members of a small queue of ``depth`` entries of ``width`` bits, those of an
+    :class:`amaranth.lib.fifo.SyncFIFO`; refuses a ``depth`` that is not a positive
+    integer."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be a positive integer, not {depth!r}")
+    return {
+        "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+        "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+        "level": Out(range(depth + 1)),
+    }
 
 
 class ShiftQueue(wiring.Component):
@@ -30,14 +43,8 @@ class ShiftQueue(wiring.Component):
     """
 
     def __init__(self, *, width, depth, lookahead=False):
-        if not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"depth must be a positive integer, not {depth!r}")
         self.width, self.depth, self._lookahead = width, depth, lookahead
-        members = {
-            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
-            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
-            "level": Out(range(depth + 1)),
-        }
+        members = queue_members(width, depth)
         if lookahead:
             members |= {"next_if_read": Out(width), "next_if_kept": Out(width)}
         super().__init__(members)

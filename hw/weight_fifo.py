@@ -1,9 +1,10 @@
 """The Weight FIFO: weight rows staged on their way into the matrix unit."""
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .arith import wrapped_increment
 from .block_ram import BlockRAM
 
 __all__ = ["WeightFIFO"]
@@ -71,9 +72,9 @@ class WeightFIFO(wiring.Component):
             self.level.eq(stored + head_valid),
         ]
         with m.If(write):
-            m.d.sync += write_ptr.eq(Mux(write_ptr == depth - 1, 0, write_ptr + 1))
+            m.d.sync += write_ptr.eq(wrapped_increment(write_ptr, depth))
         with m.If(read):
-            m.d.sync += read_ptr.eq(Mux(read_ptr == depth - 1, 0, read_ptr + 1))
+            m.d.sync += read_ptr.eq(wrapped_increment(read_ptr, depth))
         m.d.sync += stored.eq(stored + write - read)
         with m.If(read):
             m.d.sync += head_valid.eq(1)
