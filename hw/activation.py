@@ -183,7 +183,7 @@ class ActivationUnit(wiring.Component):
     o : Out(stream.Signature(StructLayout({"data", "tag"})))
         Requantised operand rows, in order.
     busy : Out(1)
-        A row is inside the pipeline.
+        A row is inside the pipeline (from a register).
 
     Stages: the row straight from the accumulator memory into registers; bias; four
     16 x 16-bit partial products (a DSP multiplier each); their sum; the high half; the
@@ -310,5 +310,8 @@ class ActivationUnit(wiring.Component):
                                        p.zero_point, p.relu)),
                 ]
 
-        m.d.comb += self.busy.eq(Cat(*valid, self.o.valid).any())
+        # ``busy`` is a register, set a cycle ahead: a row enters, or one is inside and
+        # moves on, or the output holds one that is not taken.
+        m.d.sync += self.busy.eq((self.i.valid & self.i.ready) | Cat(*valid).any() |
+                                 (self.o.valid & ~self.o.ready))
         return m
