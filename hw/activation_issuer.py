@@ -44,29 +44,29 @@ class ActivationIssuer(wiring.Component):
         m = Module()
         # The sequencer hands over only ACTIVATEs within both memories.
         row_bits = cfg.row_bits
-        issued = Signal(row_bits)
-        count = Signal(row_bits)
+        # The rows of the row offered, counters of their own: no adder on the addresses.
+        acc_row, ub_row = Signal(row_bits), Signal(row_bits)
         last = Signal()              # the row offered is the last one (a register: no adder
         #                              or comparison in front of ``busy``)
-        ub_next = Signal(row_bits)   # the UB row of the first row
         m.d.comb += [
             self.request.ready.eq(~self.busy),
             self.activate.valid.eq(self.busy),
-            self.activate.payload.acc_addr.eq(self.acc_low[:row_bits] + issued),
-            self.activate.payload.ub_addr.eq(ub_next + issued),
-            self.acc_high.eq(self.acc_low[:row_bits] + count),
+            self.activate.payload.acc_addr.eq(acc_row),
+            self.activate.payload.ub_addr.eq(ub_row),
         ]
         with m.If(self.activate.valid & self.activate.ready):
-            m.d.sync += [issued.eq(issued + 1), last.eq(issued + 2 == count)]
+            m.d.sync += [acc_row.eq(acc_row + 1), ub_row.eq(ub_row + 1),
+                         last.eq(acc_row + 2 == self.acc_high)]
             with m.If(last):
                 m.d.sync += self.busy.eq(0)
         with m.If(self.request.valid & self.request.ready):
             req = self.request.payload
-            ub_addr, req_count = req.ub_addr[:row_bits], req.count[:row_bits]
+            acc_addr, ub_addr = req.acc_addr[:row_bits], req.ub_addr[:row_bits]
+            req_count = req.count[:row_bits]
             new_high = ub_addr + req_count
-            m.d.sync += [self.busy.eq(req.count != 0), self.acc_low.eq(req.acc_addr[:row_bits]),
-                         ub_next.eq(ub_addr), count.eq(req_count), issued.eq(0),
-                         last.eq(req.count == 1)]
+            m.d.sync += [self.busy.eq(req.count != 0), self.acc_low.eq(acc_addr),
+                         self.acc_high.eq(acc_addr + req_count), acc_row.eq(acc_addr),
+                         ub_row.eq(ub_addr), last.eq(req.count == 1)]
             with m.If(self.draining):
                 # Rows of the ACTIVATE before are still on their way: cover both.
                 m.d.sync += [self.ub_low.eq(Mux(ub_addr < self.ub_low, ub_addr, self.ub_low)),

@@ -60,7 +60,9 @@ class HostDMA(wiring.Component):
         row_bits = cfg.row_bits
         base = Signal(row_bits)
         count = Signal(row_bits)
-        requested = Signal(row_bits)    # rows written, or read requests issued
+        # The row of the next write, or of the next read request: a counter of its own,
+        # so that no adder sits on the memory's address.
+        next_row = Signal(row_bits)
         answered = Signal(row_bits)     # rows sent to the host
         high = Signal(row_bits)         # base + count, kept in a register
         # Whether the next row written or answered is the transfer's last: registers, so
@@ -84,32 +86,32 @@ class HostDMA(wiring.Component):
             m.d.sync += [self.busy.eq(payload.count != 0), self.kind.eq(payload.kind),
                          base.eq(payload.addr[:row_bits]), count.eq(payload.count[:row_bits]),
                          high.eq(payload.addr[:row_bits] + payload.count[:row_bits]),
-                         requested.eq(0), answered.eq(0),
+                         next_row.eq(payload.addr[:row_bits]), answered.eq(0),
                          last_request.eq(payload.count == 1), last_answer.eq(payload.count == 1)]
 
         reading_host = self.busy & (self.kind == DMA_READ_HOST)
         m.d.comb += [
             self.host_write.valid.eq(reading_host & self.host_in.valid),
-            self.host_write.payload.addr.eq(base + requested),
+            self.host_write.payload.addr.eq(next_row),
             self.host_write.payload.data.eq(self.host_in.payload),
             self.host_write.payload.mask.eq((1 << cfg.ub_lanes) - 1),
             self.host_in.ready.eq(reading_host & self.host_write.ready),
         ]
         with m.If(reading_host):
             with m.If(self.host_in.valid & self.host_write.ready):
-                m.d.sync += [requested.eq(requested + 1), last_request.eq(requested + 2 == count)]
+                m.d.sync += [next_row.eq(next_row + 1), last_request.eq(next_row + 2 == high)]
                 with m.If(last_request):
                     m.d.sync += self.busy.eq(0)
 
         m.d.comb += [self.host_read.payload.acc.eq(self.kind == DMA_WRITE_ACC),
-                     self.host_read.payload.addr.eq(base + requested),
+                     self.host_read.payload.addr.eq(next_row),
                      self.host_out.payload.eq(self.host_data.payload)]
         with m.If(self.busy & (self.kind != DMA_READ_HOST)):
-            with m.If(requested != count):
+            with m.If(next_row != high):
                 m.d.comb += self.host_read.valid.eq(1)
                 with m.If(self.host_read.ready):
                     m.d.comb += issued_now.eq(1)
-                    m.d.sync += requested.eq(requested + 1)
+                    m.d.sync += next_row.eq(next_row + 1)
             m.d.comb += [self.host_out.valid.eq(self.host_data.valid),
                          self.host_data.ready.eq(self.host_out.ready)]
             with m.If(self.host_data.valid & self.host_out.ready):
