@@ -20,7 +20,8 @@ __all__ = ["HostInterface"]
 class HostInterface(wiring.Component):
     """Parses commands from ``cmd`` one word per cycle and drives the core; sends ``ROW``
     replies for the rows the core writes to the host and ``STATUS`` / ``BAD_COMMAND``
-    replies on ``rsp``, a whole reply at a time. See :mod:`tpuer.protocol` for the words.
+    replies on ``rsp``, a whole reply at a time, a word every other cycle (each from a
+    register). See :mod:`tpuer.protocol` for the words.
 
     A header with an unknown opcode is answered with ``BAD_COMMAND`` and the next word is
     read as a header, so the interface never locks up on bad input. ``DATA`` rows that
@@ -218,6 +219,12 @@ class HostInterface(wiring.Component):
         #                         taking a row (``host_out.ready``) waits on no comparison
         # The status words are read as they are sent (no copy): the counters of a stopped
         # program stand still, those of a running one go on between the words.
+        # A status or row reply's words are offered from a register (``reply``), loaded
+        # in the cycle before each is offered (``settled`` says the register holds the
+        # word due), so that no multiplexer of the status fields or of the row's lanes
+        # sits before the reply stream's buffer: a word every other cycle.
+        reply = Signal(32)
+        settled = Signal()
         status_words = [_state_word(self) if name == "state_word" else getattr(self, name)
                         for name in STATUS_FIELDS]
         row = self.host_out.payload
@@ -231,7 +238,7 @@ class HostInterface(wiring.Component):
                         m.d.comb += row_word.eq(row[index].as_signed())
         with m.FSM(name="replies"):
             with m.State("Idle"):
-                m.d.sync += [word.eq(0), header_sent.eq(0), last_word.eq(0)]
+                m.d.sync += [word.eq(0), header_sent.eq(0), last_word.eq(0), settled.eq(0)]
                 with m.If(status_request):
                     m.next = "Status"
                 with m.Elif(bad_request):
@@ -244,10 +251,11 @@ class HostInterface(wiring.Component):
             for state, kind, words, value in (("Status", Reply.STATUS, STATUS_WORDS, status_word),
                                               ("Row", Reply.ROW, lanes, row_word)):
                 with m.State(state):
-                    m.d.comb += [self.rsp.valid.eq(1),
-                                 self.rsp.payload.eq(Mux(header_sent, value,
-                                                         header(kind, words)))]
-                    with m.If(self.rsp.ready):
+                    sent = settled & self.rsp.ready
+                    m.d.comb += [self.rsp.valid.eq(settled), self.rsp.payload.eq(reply)]
+                    m.d.sync += [reply.eq(Mux(header_sent, value, header(kind, words))),
+                                 settled.eq(~sent)]
+                    with m.If(sent):
                         m.d.sync += [header_sent.eq(1),
                                      last_word.eq(Mux(header_sent, word + 2 == words,
                                                       words == 1))]
