@@ -70,7 +70,8 @@ class Sequencer(wiring.Component):
     matmul, activate_request, params, param_write : Out
         Commands to the datapath (see :class:`Datapath`). With a lane-serial activation
         unit (``cfg.activation_steps``), CONFIG writes biases and multipliers on
-        ``param_write`` instead of into ``params``.
+        ``param_write`` instead of into ``params``. ``params`` changes the cycle after
+        the CONFIG retires; ``param_write`` is valid while it retires.
     dma_request : Out(stream)
         READ_HOST and WRITE_HOST, handed to the host DMA engine
         (:class:`~tpuer.hw.host_dma.HostDMA`); ``dma_busy``, ``dma_kind``, ``dma_low``,
@@ -181,7 +182,13 @@ class Sequencer(wiring.Component):
                                          (self.state != CoreState.RUNNING))]
 
         pc = Signal(17)                 # index of the instruction in ``instr``
-        step = Signal(16)               # rows done of the current instruction
+        # A MATMUL's rows are counted in registers of their own: the UB and accumulator
+        # rows of the next vector and the rows left, so that no adder sits on the
+        # command's payload and none before ``last_step``. The instruction's load sets
+        # them (at the end of this description, so that it comes after the last row's
+        # count).
+        ub_row, acc_row, rows_left = Signal(16), Signal(16), Signal(16)
+        first_row = Signal()            # no row of the instruction is done yet
         tiles = Signal(range(cfg.weight_fifo_tiles + 2))   # read but not yet switched in
 
         # --- fetch and static decode -----------------------------------------------------
@@ -211,7 +218,8 @@ class Sequencer(wiring.Component):
         # is loaded (with the count of tiles it will find), so that the issue decision
         # starts from registers: READ_WEIGHTS would overflow the FIFO; a switching MATMUL
         # finds no tile.
-        weight_overflow, no_weights = Signal(), Signal()
+        weight_overflow = Signal(name="weight_overflow")
+        no_weights = Signal(name="no_weights")
         static_bad = Signal()            # static_error is not NONE
         priming = Signal()               # the first instruction of a run is loaded
         # The row being issued is the instruction's last (a MATMUL's): kept in a register,
@@ -222,13 +230,16 @@ class Sequencer(wiring.Component):
         half = cfg.acc_depth // 2
         decoded = self._static_decode(m, fetched)
         # The tiles after this cycle, when an instruction retires into the next one: the
-        # retiring READ_WEIGHTS adds its count, a switching MATMUL of one row takes one.
-        # (Checked instructions only, so a count of tiles is small.)
+        # retiring READ_WEIGHTS adds its count (``tiles_added``), a switching MATMUL
+        # (``takes_tile``) of one row takes one. Both are kept from the load. (Checked
+        # instructions only, so a count of tiles is small.)
         tile_bits = len(tiles)
-        tiles_then = Mux(priming, tiles,
-                         tiles + Mux(is_op[Opcode.READ_WEIGHTS], instr.count[:tile_bits], 0) -
-                         (is_op[Opcode.MATMUL] & instr.flags[1] & ~count_zero & (step == 0)))
+        tiles_added = Signal(tile_bits)
+        takes_tile = Signal()
+        tiles_then = Mux(priming, tiles, tiles + tiles_added - (takes_tile & first_row))
         fetched_tiles = fetched.count[:tile_bits]
+        fetched_takes_tile = (decoded["is_op"][Opcode.MATMUL] & fetched.flags[1] &
+                              (fetched.count != 0))
         with m.If(load):
             if upcoming_register:
                 m.d.sync += upcoming.eq(program.read_data)
@@ -239,8 +250,10 @@ class Sequencer(wiring.Component):
                          weight_overflow.eq(decoded["is_op"][Opcode.READ_WEIGHTS] & (
                              decoded["many_tiles"] |
                              (tiles_then + fetched_tiles > cfg.weight_fifo_tiles + 1))),
-                         no_weights.eq(decoded["is_op"][Opcode.MATMUL] & fetched.flags[1] &
-                                       (fetched.count != 0) & (tiles_then == 0)),
+                         no_weights.eq(fetched_takes_tile & (tiles_then == 0)),
+                         tiles_added.eq(Mux(decoded["is_op"][Opcode.READ_WEIGHTS],
+                                            fetched_tiles, 0)),
+                         takes_tile.eq(fetched_takes_tile),
                          last_step.eq(fetched.count == 1),
                          a_in_low_half.eq(~above(fetched.a, half - 1)),
                          a_in_high_half.eq(above(decoded["a_end"], half))]
@@ -267,16 +280,46 @@ class Sequencer(wiring.Component):
         m.d.comb += running.eq(self.state == CoreState.RUNNING)
         # Each counter adds a one-bit count every cycle (an adder's carry-in, no hold
         # multiplexer); START clears them, later in this description, so it comes first.
+        # The counts decided late in the cycle (an instruction retires, a vector enters the
+        # matrix unit or waits for its tile) go into a register first (``pending``) and
+        # into the total a cycle later, so that no carry waits for them; the counter
+        # shows the total plus the pending count, the same value.
         retiring = Signal()             # an instruction retires this cycle
-        m.d.sync += [
-            self.cycles.eq(self.cycles + running),
-            self.mxu_busy_cycles.eq(self.mxu_busy_cycles + (running & self.vector_issued)),
-            self.weight_stall_cycles.eq(self.weight_stall_cycles +
-                                        (running & self.weight_stall)),
-            self.instructions.eq(self.instructions + retiring),
-        ]
+        m.d.sync += self.cycles.eq(self.cycles + running)
+        late_counters = []
+        for counter, event in ((self.mxu_busy_cycles, running & self.vector_issued),
+                               (self.weight_stall_cycles, running & self.weight_stall),
+                               (self.instructions, retiring)):
+            total = Signal(len(counter), name=f"{counter.name}_total")
+            pending = Signal(name=f"{counter.name}_pending")
+            m.d.sync += [total.eq(total + pending), pending.eq(event)]
+            m.d.comb += counter.eq(total + pending)
+            late_counters += [total, pending]
 
         params = self.params
+        # CONFIG writes the parameter registers a cycle after it retires, from registers
+        # of its own: the value, and a bit per parameter and lane that says which to
+        # write. So the decision to retire it reaches a handful of flip-flops, not the
+        # enables of every parameter bit. (A row that an ACTIVATE after it requantises
+        # reaches the parameters cycles later.)
+        config_value = Signal.like(value, name="config_value")
+        config_lanes = {p: Signal(cfg.cols, name=f"config_{p.name.lower()}_lanes")
+                        for p in (ConfigParam.BIAS, ConfigParam.MULTIPLIER, ConfigParam.SHIFT)}
+        config_zero_point = Signal(name="config_zero_point")
+        config_relu = Signal(name="config_relu")
+        m.d.sync += [config_value.eq(value),
+                     *(bits.eq(0) for bits in (*config_lanes.values(), config_zero_point,
+                                               config_relu))]
+        for p, target in ((ConfigParam.BIAS, params.bias),
+                          (ConfigParam.MULTIPLIER, params.multiplier),
+                          (ConfigParam.SHIFT, params.shift)):
+            for index in range(cfg.cols):
+                with m.If(config_lanes[p][index]):
+                    m.d.sync += target[index].eq(config_value)
+        with m.If(config_zero_point):
+            m.d.sync += params.zero_point.eq(config_value)
+        with m.If(config_relu):
+            m.d.sync += params.relu.eq(config_value[0])
         all_idle = (~self.matmul_busy & ~self.activate_busy & ~self.weight_reader_busy &
                     ~self.dma_busy)
 
@@ -353,10 +396,10 @@ class Sequencer(wiring.Component):
             self.dma_request.payload.count.eq(n),
             self.weight_request.payload.tile.eq(a),
             self.weight_request.payload.tiles.eq(n),
-            self.matmul.payload.ub_addr.eq(a + step),
-            self.matmul.payload.acc_addr.eq(b + step),
+            self.matmul.payload.ub_addr.eq(ub_row),
+            self.matmul.payload.acc_addr.eq(acc_row),
             self.matmul.payload.accumulate.eq(flags[0]),
-            self.matmul.payload.new_tile.eq(switch & (step == 0)),
+            self.matmul.payload.new_tile.eq(switch & first_row),
             self.activate_request.payload.acc_addr.eq(a),
             self.activate_request.payload.ub_addr.eq(b),
             self.activate_request.payload.count.eq(n),
@@ -370,7 +413,8 @@ class Sequencer(wiring.Component):
         beyond_last = above(pc, cfg.program_depth - 2)
 
         def retire():
-            m.d.sync += [pc.eq(pc + 1), step.eq(0), beyond_end.eq(beyond_last)]
+            m.d.sync += [pc.eq(pc + 1), first_row.eq(1),
+                         beyond_end.eq(beyond_last)]
             m.d.comb += [program.read_en.eq(1), load.eq(1), retiring.eq(1)]
 
         def stop(state):
@@ -380,12 +424,12 @@ class Sequencer(wiring.Component):
         with m.FSM(name="sequencer"):
             with m.State("Idle"):
                 with m.If(self.start):
-                    m.d.sync += [pc.eq(self.start_pc), step.eq(0),
+                    m.d.sync += [pc.eq(self.start_pc), first_row.eq(1),
                                  beyond_end.eq(above(self.start_pc, cfg.program_depth - 1)),
                                  self.state.eq(CoreState.RUNNING),
                                  self.error.eq(ErrorCode.NONE), self.error_pc.eq(0),
-                                 self.cycles.eq(0), self.mxu_busy_cycles.eq(0),
-                                 self.weight_stall_cycles.eq(0), self.instructions.eq(0)]
+                                 self.cycles.eq(0),
+                                 *(register.eq(0) for register in late_counters)]
                     m.d.comb += [program.read_addr.eq(self.start_pc), program.read_en.eq(1)]
                     m.next = "Fill"
 
@@ -442,21 +486,19 @@ class Sequencer(wiring.Component):
                 with m.If(go & is_op[Opcode.CONFIG]):
                     with m.If(~self.activate_busy):
                         with m.Switch(param):
-                            for p, target in ((ConfigParam.BIAS, params.bias),
-                                              (ConfigParam.MULTIPLIER, params.multiplier),
-                                              (ConfigParam.SHIFT, params.shift)):
+                            for p, lanes in config_lanes.items():
                                 with m.Case(int(p)):
                                     if cfg.activation_steps and p != ConfigParam.SHIFT:
                                         # The lane-serial unit keeps these itself.
                                         m.d.comb += self.param_write.en.eq(1)
                                         continue
-                                    for index in range(cfg.cols):
-                                        with m.If((lane == ALL_LANES) | (lane == index)):
-                                            m.d.sync += target[index].eq(value)
+                                    m.d.sync += lanes.eq(Cat(
+                                        (lane == ALL_LANES) | (lane == index)
+                                        for index in range(cfg.cols)))
                             with m.Case(int(ConfigParam.ZERO_POINT)):
-                                m.d.sync += params.zero_point.eq(value)
+                                m.d.sync += config_zero_point.eq(1)
                             with m.Case(int(ConfigParam.RELU)):
-                                m.d.sync += params.relu.eq(value[0])
+                                m.d.sync += config_relu.eq(1)
                 with m.If(moves & dma_op):
                     # Handed to the host DMA engine, which moves the rows while the
                     # sequencer goes on; instructions that touch those rows wait for it.
@@ -470,11 +512,12 @@ class Sequencer(wiring.Component):
                     with m.If(matmul_free):
                         m.d.comb += self.matmul.valid.eq(1)
                         with m.If(self.matmul.ready):
-                            m.d.sync += step.eq(step + 1)
-                            with m.If(switch & (step == 0)):
+                            m.d.sync += [ub_row.eq(ub_row + 1), acc_row.eq(acc_row + 1),
+                                         rows_left.eq(rows_left - 1), first_row.eq(0)]
+                            with m.If(switch & first_row):
                                 m.d.sync += tiles.eq(tiles - 1)
                             with m.If(~last_step):   # (retiring loads the next one's)
-                                m.d.sync += last_step.eq(step + 2 == n)
+                                m.d.sync += last_step.eq(rows_left == 2)
                 with m.If(moves & is_op[Opcode.ACTIVATE]):
                     with m.If(activate_free):
                         m.d.comb += self.activate_request.valid.eq(1)
@@ -498,4 +541,8 @@ class Sequencer(wiring.Component):
                          self.activate_request.ready)))))
                 with m.If(retire_now):
                     retire()
+
+        with m.If(load):
+            m.d.sync += [ub_row.eq(fetched.a), acc_row.eq(fetched.b),
+                         rows_left.eq(fetched.count)]
         return m
