@@ -69,6 +69,7 @@ class HostInterface(wiring.Component):
         memory_write = Signal()
         program_refused = Signal()      # the WRITE_PROGRAM under way came while running
         memory_kind = Signal(2)
+        memory_fits = Signal()          # the READ_MEMORY / WRITE_MEMORY under way is valid
 
         def int8_lanes(bits, lanes):
             return [bits[8 * k:8 * k + 8] for k in range(lanes)]
@@ -122,15 +123,20 @@ class HostInterface(wiring.Component):
                         Mux(memory_write, DMA_READ_HOST,
                             Mux(where.memory == Memory.ACCUMULATORS.value, DMA_WRITE_ACC,
                                 DMA_WRITE_UB)))]
-                    with m.If(~running & (where.reserved == 0) & ~above(count, (1 << 16) - 1) &
-                              (in_ub | in_acc)):
-                        _goto(m, count == 0, "Header", "MemoryRequest")
-                    with m.Else():
-                        m.d.sync += [bad_request.eq(1), bad_reply.eq(Reply.REFUSED.value),
-                                     bad_opcode.eq(Mux(memory_write, Command.WRITE_MEMORY.value,
-                                                       Command.READ_MEMORY.value)),
-                                     rows_mode.eq(ROWS_DROPPED)]
-                        _goto(m, memory_write & (count != 0), "Data", "Header")
+                    m.d.sync += memory_fits.eq(~running & (where.reserved == 0) &
+                                               ~above(count, (1 << 16) - 1) & (in_ub | in_acc))
+                    m.next = "MemoryCheck"
+            with m.State("MemoryCheck"):
+                # The checks' outcome, a cycle later from a register: the address word's
+                # adder and comparisons do not reach the parser's decisions.
+                with m.If(memory_fits):
+                    _goto(m, count == 0, "Header", "MemoryRequest")
+                with m.Else():
+                    m.d.sync += [bad_request.eq(1), bad_reply.eq(Reply.REFUSED.value),
+                                 bad_opcode.eq(Mux(memory_write, Command.WRITE_MEMORY.value,
+                                                   Command.READ_MEMORY.value)),
+                                 rows_mode.eq(ROWS_DROPPED)]
+                    _goto(m, memory_write & (count != 0), "Data", "Header")
             with m.State("MemoryRequest"):
                 m.d.comb += [self.memory_request.valid.eq(1),
                              self.memory_request.payload.kind.eq(memory_kind),
