@@ -27,7 +27,7 @@ def activation_unit(cfg, *, tag_shape=unsigned(16)):
 
 def activation_latency(cfg):
     """Cycles from a row entering the activation unit of ``cfg`` to its result: 7 (9 with
-    ``multiply_latency`` 2), or ``cols * (activation_steps + 37) + 1`` for the lane-serial
+    ``multiply_latency`` 2, 10 with 3), or ``cols * (activation_steps + 37) + 1`` for the lane-serial
     unit."""
     if cfg.activation_steps:
         return cfg.cols * (cfg.activation_steps + 37) + 1
@@ -35,9 +35,9 @@ def activation_latency(cfg):
 
 
 def all_lanes_latency(cfg):
-    """The latency of :class:`ActivationUnit` for ``cfg``: 7, or 9 with
-    ``multiply_latency`` 2."""
-    return 9 if cfg.multiply_latency == 2 else 7
+    """The latency of :class:`ActivationUnit` for ``cfg``: 7, 9 with
+    ``multiply_latency`` 2, 10 with 3."""
+    return {1: 7, 2: 9, 3: 10}[cfg.multiply_latency]
 
 
 def biased(cfg, acc, bias):
@@ -192,10 +192,12 @@ class ActivationUnit(wiring.Component):
     ``cfg.multiply_latency`` 2 (fast clocks) two stages more: each multiplier is a
     :class:`~tpuer.hw.registered_multiplier.RegisteredMultiplier` whose operand registers
     take the biased word and the multiplier, and the sum is two adds
-    (:func:`split_product_sum`), each a stage.
+    (:func:`split_product_sum`), each a stage. With ``multiply_latency`` 3 one stage more:
+    the products go into registers of the fabric before the adds (the DSP blocks sit in
+    columns of their own, far from the logic).
 
-    Latency: :attr:`latency` cycles (:func:`activation_latency`: 7, or 9 with
-    ``multiply_latency`` 2) from ``i`` to ``o`` with no back-pressure; the whole pipeline
+    Latency: :attr:`latency` cycles (:func:`activation_latency`: 7, 9 with
+    ``multiply_latency`` 2, 10 with 3) from ``i`` to ``o`` with no back-pressure; the whole pipeline
     holds while ``o.valid & ~o.ready``.
     """
 
@@ -238,11 +240,12 @@ class ActivationUnit(wiring.Component):
         valid = [Signal(name=f"s{k + 1}_valid") for k in range(stages)]
         tags = [Signal(self._tag_shape, name=f"s{k + 1}_tag") for k in range(stages)]
         row = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
-        # The biased word has a register of its own. With multiply_latency 2 (fast
+        # The biased word has a register of its own. With multiply_latency 2 or 3 (fast
         # clocks), it and each lane's multiplier go into the operand registers of the
-        # lane's four multipliers, whose product registers are the next stage; otherwise
+        # lane's four multipliers, whose product registers are the next stage (with 3,
+        # copied into the fabric's registers, a stage more); otherwise
         # the products are multiplied from it straight into their registers.
-        registered = cfg.multiply_latency == 2
+        registered = cfg.multiply_latency >= 2
         x = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
         if registered:
             products = []
@@ -253,7 +256,12 @@ class ActivationUnit(wiring.Component):
                     m.submodules[f"multiplier{k}_{lane}"] = multiplier
                     m.d.comb += [multiplier.a.eq(a), multiplier.b.eq(b),
                                  multiplier.en.eq(advance)]
-                    products[lane].append(multiplier.p)
+                    product = multiplier.p
+                    if cfg.multiply_latency == 3:
+                        product = Signal.like(multiplier.p, name=f"product{k}_{lane}")
+                        with m.If(advance):
+                            m.d.sync += product.eq(multiplier.p)
+                    products[lane].append(product)
             middle = Signal(data.ArrayLayout(signed(35), cfg.cols))
             outer = Signal(data.ArrayLayout(signed(64), cfg.cols))
             nudged = Signal(data.ArrayLayout(signed(65), cfg.cols))

@@ -19,7 +19,8 @@ class ProcessingElement(wiring.Component):
     register where there is one), at one more cycle of latency for the whole array. With
     ``multiply_latency`` 2 the operands are registered too
     (:class:`~tpuer.hw.registered_multiplier.RegisteredMultiplier`), and the product of
-    ``act_in`` is added two cycles later.
+    ``act_in`` is added two cycles later; with 3 the product is registered once more, in
+    the fabric (the DSP block may sit far from the adder), and added three cycles later.
 
     The weight is double-buffered: ``weight_in`` is written into the *shadow* weight when
     ``weight_load`` is high, while the *active* weight keeps computing. ``switch_in`` travels
@@ -50,7 +51,7 @@ class ProcessingElement(wiring.Component):
         DSP's B register, loaded while ``switch_in`` is high), so ``factor_weight`` is the
         shadow weight and the cell keeps no active weight of its own.
     multiply_latency : int
-        Cycles from ``act_in`` to its product: 1 or 2 (not with ``shared_multiplier``).
+        Cycles from ``act_in`` to its product: 1, 2 or 3 (not with ``shared_multiplier``).
 
     Latency: 1 cycle from ``act_in``/``switch_in`` to ``act_out``/``switch_out`` and from
     ``psum_in`` to ``psum_out``; ``1 + multiply_latency`` cycles from ``act_in`` to
@@ -62,8 +63,8 @@ class ProcessingElement(wiring.Component):
         for name, flag in (("active_outside", active_outside), ("sum_outside", sum_outside)):
             if flag and not shared_multiplier:
                 raise ValueError(f"{name} needs shared_multiplier")
-        if multiply_latency not in (1, 2):
-            raise ValueError(f"multiply_latency must be 1 or 2, not {multiply_latency!r}")
+        if multiply_latency not in (1, 2, 3):
+            raise ValueError(f"multiply_latency must be 1, 2 or 3, not {multiply_latency!r}")
         if shared_multiplier and multiply_latency != 1:
             raise ValueError("a shared multiplier gives its product a cycle after the "
                              "operands: multiply_latency must be 1")
@@ -103,10 +104,13 @@ class ProcessingElement(wiring.Component):
             m.d.comb += [self.factor_act.eq(self.act_in),
                          self.factor_weight.eq(shadow if self._active_outside else active)]
             product = self.product
-        elif self._multiply_latency == 2:
+        elif self._multiply_latency >= 2:
             m.submodules.multiplier = multiplier = RegisteredMultiplier(self._operand_shape)
             m.d.comb += [multiplier.a.eq(self.act_in), multiplier.b.eq(active)]
             product = multiplier.p
+            if self._multiply_latency == 3:
+                product = Signal.like(multiplier.p, name="product")
+                m.d.sync += product.eq(multiplier.p)
         else:
             product = Signal(signed(2 * self._operand_shape.width))
             m.d.sync += product.eq(self.act_in * active)

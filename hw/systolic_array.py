@@ -37,7 +37,8 @@ class SystolicArray(wiring.Component):
     sum of a vector whose lane 0 entered in cycle ``t`` leaves column ``j`` in cycle
     ``t + rows + j + multiply_latency`` (``psum_out`` is a register output). With
     ``multiply_latency`` 2 each cell's operands are registered as well as its product (on
-    an ECP5 in the MULT18X18D's own registers).
+    an ECP5 in the MULT18X18D's own registers); with 3 the product once more, in the
+    fabric.
 
     Members
     -------

@@ -27,7 +27,7 @@ What each block contributes (see the RTL for the reasons):
   :func:`~tpuer.hw.matrix_unit.matrix_unit_latency` (``rows + cols + multiply_latency``)
   cycles through the matrix unit; ``add_spacing`` more to commit into the accumulators;
   the activation unit's latency (:func:`~tpuer.hw.activation.activation_latency`: 7, 9
-  with ``multiply_latency`` 2, or ``cols * (activation_steps + 37) + 1`` for the
+  with ``multiply_latency`` 2, 10 with 3, or ``cols * (activation_steps + 37) + 1`` for the
   lane-serial unit, which takes a row only when it is empty);
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
   one per cycle;

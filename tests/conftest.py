@@ -11,7 +11,7 @@ from tpuer import Config
 SIM_CONFIGS = [
     Config(rows=2, cols=2),
     Config(rows=4, cols=4),
-    Config(rows=8, cols=8, multiply_latency=2, memory_read_latency=2),  # the 85F at 100 MHz
+    Config(rows=8, cols=8, multiply_latency=3, memory_read_latency=2),  # the 85F's
     Config(rows=4, cols=8, ub_depth=100, acc_depth=60, weight_fifo_tiles=4,
            host_read_queue=1),
 ]
@@ -23,9 +23,9 @@ CORE_CONFIGS = [
     Config(rows=4, cols=4, ub_depth=16, acc_depth=12, weight_tiles=6, program_depth=64,
            activation_steps=2, host_read_queue=1),   # the small FPGAs' choices
     Config(rows=8, cols=8, ub_depth=24, acc_depth=16, weight_tiles=8, program_depth=64,
-           multiply_latency=2, memory_read_latency=2),
+           multiply_latency=3, memory_read_latency=2),
     Config(rows=4, cols=8, ub_depth=20, acc_depth=10, weight_tiles=6, program_depth=64,
-           weight_fifo_tiles=2),
+           weight_fifo_tiles=2, multiply_latency=2),
 ]
 
 

@@ -31,7 +31,7 @@ def test_non_square_and_derived_sizes():
     ({"ub_depth": 1}, "ub_depth must be between 2 and 65536, not 1"),
     ({"weight_fifo_tiles": 0}, "weight_fifo_tiles must be between 1 and 64, not 0"),
     ({"rows": 1, "weight_fifo_tiles": 1}, "the Weight FIFO must hold at least 2 rows"),
-    ({"multiply_latency": 3}, "multiply_latency must be between 1 and 2, not 3"),
+    ({"multiply_latency": 4}, "multiply_latency must be between 1 and 3, not 4"),
     ({"memory_read_latency": 0}, "memory_read_latency must be between 1 and 2, not 0"),
 ])
 def test_bad_values_are_refused_with_a_clear_message(kwargs, message):

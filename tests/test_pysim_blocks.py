@@ -21,7 +21,7 @@ from conftest import CORE_CONFIGS, seed
 PYSIM_CONFIGS = [
     Config(rows=2, cols=2),
     Config(rows=3, cols=5, ub_depth=20, acc_depth=12, weight_fifo_tiles=2),
-    Config(rows=4, cols=8, ub_depth=100, acc_depth=60, multiply_latency=2,
+    Config(rows=4, cols=8, ub_depth=100, acc_depth=60, multiply_latency=3,
            memory_read_latency=2),
     Config(rows=1, cols=1, operand_width=4, acc_width=8, ub_depth=3, acc_depth=3,
            weight_fifo_tiles=2),

@@ -79,17 +79,18 @@ def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
 
 @pytest.mark.parametrize("block, cfg", [
     ("matrix_unit", Config(rows=4, cols=4, multiply_latency=2)),
-    ("matrix_unit", Config(rows=3, cols=2, multiply_latency=2)),
+    ("matrix_unit", Config(rows=3, cols=2, multiply_latency=3)),
     ("matrix_unit", Config(rows=2, cols=3)),
     ("activation", Config(rows=2, cols=3, multiply_latency=2)),
-    ("datapath", Config(rows=3, cols=4, ub_depth=20, acc_depth=12, multiply_latency=2,
+    ("activation", Config(rows=2, cols=3, multiply_latency=3)),
+    ("datapath", Config(rows=3, cols=4, ub_depth=20, acc_depth=12, multiply_latency=3,
                         memory_read_latency=2)),
 ], ids=lambda value: getattr(value, "name", value))
 def test_block_with_products_in_mult18x18d(block, cfg, tmp_path):
     """Blocks as the ULX3S's bitstream has them, on Icarus with tpuer's model of the
     MULT18X18D, against the golden model: with ``multiply_latency`` 2 each array cell's
-    operands and product held in a MULT18X18D's own registers (with 1, no instance: Yosys
-    maps the multiplication); the activation unit's biased words, multipliers and partial
+    operands and product held in a MULT18X18D's own registers (with 3 the product copied
+    into the fabric; with 1, no instance: Yosys maps the multiplication); the activation unit's biased words, multipliers and partial
     products in the registers of four of them a lane."""
     from importlib.resources import files
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
@@ -98,7 +99,7 @@ def test_block_with_products_in_mult18x18d(block, cfg, tmp_path):
     platform = ULX3S_85F_Platform()
     component = build_block(block, cfg)
     verilog = backend.to_verilog(component, platform=platform)
-    in_array = cfg.rows * cfg.cols if cfg.multiply_latency == 2 else 0
+    in_array = cfg.rows * cfg.cols if cfg.multiply_latency >= 2 else 0
     instances = {"matrix_unit": in_array, "activation": 4 * cfg.cols,
                  "datapath": in_array + 4 * cfg.cols}[block]
     assert verilog.count("MULT18X18D ") == instances

@@ -69,10 +69,13 @@ class Config:
         that the multiplier (a DSP block that may sit far from the cell's logic) has a
         clock period of its own and neither the routing to it nor the routing from it
         shares one with the multiplication; for fast clocks on the ECP5, whose MULT18X18D
-        holds all three registers. The all-lanes activation unit's multipliers then keep
-        their operands in such registers too, and its latency grows from 7 to 9
+        holds all three registers. 3: as 2, and the product goes into a register of the
+        fabric before the adder, so that the routing from the DSP block (which may sit far
+        from the adder) and the add each have a clock period. The all-lanes activation
+        unit's multipliers then keep their operands in such registers too (and with 3
+        their products in the fabric too), and its latency grows from 7 to 9 (10)
         (:func:`~tpuer.hw.activation.activation_latency`). The matrix unit's latency
-        grows by a cycle.
+        grows by a cycle (two).
     memory_read_latency : int
         Cycles from a read request to the Unified Buffer or the accumulators to its row. 1
         (the default). 2: the block RAM's output goes into a register before any logic
@@ -123,7 +126,7 @@ class Config:
             raise ConfigError(f"activation_steps must be 0 (all lanes at once) or one of 1, 2, "
                               f"4, 8, 16, 32 (steps per lane), not {self.activation_steps!r}")
         _check_int("host_read_queue", self.host_read_queue, 1, 2)
-        _check_int("multiply_latency", self.multiply_latency, 1, 2)
+        _check_int("multiply_latency", self.multiply_latency, 1, 3)
         _check_int("memory_read_latency", self.memory_read_latency, 1, 2)
         if self.weight_fifo_tiles * self.rows < 2:
             raise ConfigError(
