@@ -332,6 +332,9 @@ async def bench_hazards(io, cfg, rng):
         isa.activate(0, n, n),
         isa.activate(n, 2 * n, n),              # the same, the rows before lower down
         isa.matmul(n, 0, n, switch=False),
+        isa.sync(),
+        isa.matmul(0, 0, 1, accumulate=True, switch=False),  # one row into an idle half,
+        isa.activate(0, 2 * n, 1),                           # read back at once (RAW)
         isa.write_host(0, 2 * n, from_acc=True),
         isa.halt(),
     ]
