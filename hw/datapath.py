@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .accumulators import AccumulatorMemory, add_spacing
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, activation_unit
-from .arith import any_of, count_of
+from .arith import above, any_of, count_of
 from .matrix_unit import MatrixUnit, matrix_unit_latency
 from .ring_queue import RingQueue
 from .shift_queue import ShiftQueue
@@ -79,7 +79,7 @@ class Datapath(wiring.Component):
     acc_bank_busy : Out(2)
         Bit ``h``: some accepted ``matmul`` row has not yet been written into accumulator
         half ``h`` (rows below ``acc_depth // 2``, or from there on), so that a reader of
-        one half need not wait for products going into the other.
+        one half need not wait for products going into the other. From registers.
     vector_issued : Out(1)
         A vector entered the matrix unit this cycle (the MXU-busy counter counts these).
     weight_stall, overflow, range_error : Out(1)
@@ -228,8 +228,11 @@ class Datapath(wiring.Component):
         for h, count in enumerate(banks):
             up = issue & (issue_bank == h)
             down = committing & (commit_bank == h)
-            m.d.sync += count.eq(count + up - down)
-            m.d.comb += self.acc_bank_busy[h].eq(count != 0)
+            # The busy flag is a register, set from the count the half will have: the
+            # issue decision enters its last OR, no adder.
+            m.d.sync += [count.eq(count + up - down),
+                         self.acc_bank_busy[h].eq(above(count, 1) | up |
+                                                  ((count == 1) & ~down))]
 
         # --- matrix unit results -> accumulators ----------------------------------------
         if skewed:
