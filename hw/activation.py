@@ -172,7 +172,10 @@ class ActivationUnit(wiring.Component):
     :func:`tpuer.sim.activation_model.requantize`, bit for bit.
 
     The parameters (``params``) apply to every row in flight: change them only while
-    ``busy`` is low.
+    ``busy`` is low. The unit keeps a copy of them in registers of its own (a cycle
+    later: a row that enters in the cycle of a change still sees the new values), so that
+    the registers that hold them, wherever they are, need not reach every lane's logic in
+    the cycle that uses them.
 
     Members
     -------
@@ -232,7 +235,8 @@ class ActivationUnit(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        p = self.params
+        p = Signal(self.params_layout, name="params_copy")
+        m.d.sync += p.eq(self.params)
         advance = ~self.o.valid | self.o.ready
         m.d.comb += self.i.ready.eq(advance)
 
