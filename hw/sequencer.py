@@ -71,7 +71,8 @@ class Sequencer(wiring.Component):
         Commands to the datapath (see :class:`Datapath`). With a lane-serial activation
         unit (``cfg.activation_steps``), CONFIG writes biases and multipliers on
         ``param_write`` instead of into ``params``. ``params`` changes the cycle after
-        the CONFIG retires; ``param_write`` is valid while it retires.
+        the CONFIG retires (off an iCE40, a cycle later); ``param_write`` is valid while
+        it retires.
     dma_request : Out(stream)
         READ_HOST and WRITE_HOST, handed to the host DMA engine
         (:class:`~tpuer.hw.host_dma.HostDMA`); ``dma_busy``, ``dma_kind``, ``dma_low``,
@@ -174,6 +175,9 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
+        # Fast clocks (anything but an iCE40, which is short of logic cells and slow
+        # enough without them) get the register stages marked ``fast`` below.
+        fast = not is_ice40(platform)
         m.submodules.program = program = ProgramMemory(cfg.program_depth)
         # The program cannot change while it runs (the memory may be single-ported).
         m.d.comb += [program.write_addr.eq(self.program_write_addr),
@@ -201,12 +205,11 @@ class Sequencer(wiring.Component):
         # memory's output itself holds the next instruction (it holds still while nothing
         # is read), and the decoding starts from there: the fetch keeps its timing, a
         # cycle nearer to the memory.
-        upcoming_register = not is_ice40(platform)
-        if upcoming_register:
+        if fast:
             upcoming = Signal(INSTRUCTION_BITS)
         else:
             upcoming = program.read_data
-        ahead = 2 if upcoming_register else 1   # the memory's output is pc + ahead
+        ahead = 2 if fast else 1        # the memory's output is pc + ahead
         fetched = data.View(INSTRUCTION_LAYOUT, upcoming)
         load = Signal()                 # ``instr`` takes ``upcoming``, which takes the memory
         instr = Signal(INSTRUCTION_LAYOUT)
@@ -241,7 +244,7 @@ class Sequencer(wiring.Component):
         fetched_takes_tile = (decoded["is_op"][Opcode.MATMUL] & fetched.flags[1] &
                               (fetched.count != 0))
         with m.If(load):
-            if upcoming_register:
+            if fast:
                 m.d.sync += upcoming.eq(program.read_data)
             m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
                          b_end.eq(decoded["b_end"]),
@@ -280,36 +283,44 @@ class Sequencer(wiring.Component):
         m.d.comb += running.eq(self.state == CoreState.RUNNING)
         # Each counter adds a one-bit count every cycle (an adder's carry-in, no hold
         # multiplexer); START clears them, later in this description, so it comes first.
-        # The counts decided late in the cycle (an instruction retires, a vector enters the
-        # matrix unit or waits for its tile) go into a register first (``pending``) and
-        # into the total a cycle later, so that no carry waits for them; the counter
-        # shows the total plus the pending count, the same value.
+        # With ``fast``, the counts decided late in the cycle (an instruction retires, a
+        # vector enters the matrix unit or waits for its tile) go into a register first
+        # (``pending``) and into the total a cycle later, so that no carry waits for them;
+        # the counter shows the total plus the pending count, the same value.
         retiring = Signal()             # an instruction retires this cycle
         m.d.sync += self.cycles.eq(self.cycles + running)
-        late_counters = []
+        counter_registers = [self.cycles]
         for counter, event in ((self.mxu_busy_cycles, running & self.vector_issued),
                                (self.weight_stall_cycles, running & self.weight_stall),
                                (self.instructions, retiring)):
+            if not fast:
+                m.d.sync += counter.eq(counter + event)
+                counter_registers.append(counter)
+                continue
             total = Signal(len(counter), name=f"{counter.name}_total")
             pending = Signal(name=f"{counter.name}_pending")
             m.d.sync += [total.eq(total + pending), pending.eq(event)]
             m.d.comb += counter.eq(total + pending)
-            late_counters += [total, pending]
+            counter_registers += [total, pending]
 
         params = self.params
-        # CONFIG writes the parameter registers a cycle after it retires, from registers
-        # of its own: the value, and a bit per parameter and lane that says which to
-        # write. So the decision to retire it reaches a handful of flip-flops, not the
-        # enables of every parameter bit. (A row that an ACTIVATE after it requantises
-        # reaches the parameters cycles later.)
-        config_value = Signal.like(value, name="config_value")
+        # CONFIG says which parameters to write, a bit per parameter and lane. With
+        # ``fast`` the bits and the value are registers, and the parameters are written a
+        # cycle after the CONFIG retires: the decision to retire it reaches a handful of
+        # flip-flops, not the enables of every parameter bit. (A row that an ACTIVATE
+        # after it requantises reaches the parameters cycles later.)
         config_lanes = {p: Signal(cfg.cols, name=f"config_{p.name.lower()}_lanes")
                         for p in (ConfigParam.BIAS, ConfigParam.MULTIPLIER, ConfigParam.SHIFT)}
         config_zero_point = Signal(name="config_zero_point")
         config_relu = Signal(name="config_relu")
-        m.d.sync += [config_value.eq(value),
-                     *(bits.eq(0) for bits in (*config_lanes.values(), config_zero_point,
-                                               config_relu))]
+        config_bits = (*config_lanes.values(), config_zero_point, config_relu)
+        if fast:
+            config_value = Signal.like(value, name="config_value")
+            config_domain = m.d.sync
+            m.d.sync += [config_value.eq(value), *(bits.eq(0) for bits in config_bits)]
+        else:
+            config_value = value
+            config_domain = m.d.comb
         for p, target in ((ConfigParam.BIAS, params.bias),
                           (ConfigParam.MULTIPLIER, params.multiplier),
                           (ConfigParam.SHIFT, params.shift)):
@@ -428,8 +439,7 @@ class Sequencer(wiring.Component):
                                  beyond_end.eq(above(self.start_pc, cfg.program_depth - 1)),
                                  self.state.eq(CoreState.RUNNING),
                                  self.error.eq(ErrorCode.NONE), self.error_pc.eq(0),
-                                 self.cycles.eq(0),
-                                 *(register.eq(0) for register in late_counters)]
+                                 *(register.eq(0) for register in counter_registers)]
                     m.d.comb += [program.read_addr.eq(self.start_pc), program.read_en.eq(1)]
                     m.next = "Fill"
 
@@ -443,7 +453,7 @@ class Sequencer(wiring.Component):
                     if offset:
                         m.d.comb += [program.read_addr.eq(pc + offset), program.read_en.eq(1)]
                     if state == "Fill":
-                        if upcoming_register:
+                        if fast:
                             m.d.sync += upcoming.eq(program.read_data)
                     else:
                         m.d.comb += [load.eq(1), priming.eq(1)]
@@ -492,13 +502,13 @@ class Sequencer(wiring.Component):
                                         # The lane-serial unit keeps these itself.
                                         m.d.comb += self.param_write.en.eq(1)
                                         continue
-                                    m.d.sync += lanes.eq(Cat(
+                                    config_domain += lanes.eq(Cat(
                                         (lane == ALL_LANES) | (lane == index)
                                         for index in range(cfg.cols)))
                             with m.Case(int(ConfigParam.ZERO_POINT)):
-                                m.d.sync += config_zero_point.eq(1)
+                                config_domain += config_zero_point.eq(1)
                             with m.Case(int(ConfigParam.RELU)):
-                                m.d.sync += config_relu.eq(1)
+                                config_domain += config_relu.eq(1)
                 with m.If(moves & dma_op):
                     # Handed to the host DMA engine, which moves the rows while the
                     # sequencer goes on; instructions that touch those rows wait for it.
