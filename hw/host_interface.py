@@ -13,6 +13,7 @@ from .arith import above
 from .core import host_control_shapes
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
 from .sequencer import STATUS_SHAPES
+from .targets import is_ice40
 
 __all__ = ["HostInterface"]
 
@@ -20,8 +21,9 @@ __all__ = ["HostInterface"]
 class HostInterface(wiring.Component):
     """Parses commands from ``cmd`` one word per cycle and drives the core; sends ``ROW``
     replies for the rows the core writes to the host and ``STATUS`` / ``BAD_COMMAND``
-    replies on ``rsp``, a whole reply at a time, a word every other cycle (each from a
-    register). See :mod:`tpuer.protocol` for the words.
+    replies on ``rsp``, a whole reply at a time: for fast clocks (anything but an iCE40) a
+    word every other cycle, each from a register, else a word per cycle. See
+    :mod:`tpuer.protocol` for the words.
 
     A header with an unknown opcode is answered with ``BAD_COMMAND`` and the next word is
     read as a header, so the interface never locks up on bad input. ``DATA`` rows that
@@ -47,6 +49,9 @@ class HostInterface(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
+        # Fast clocks (anything but an iCE40, short of logic cells and slow enough without
+        # them) get the register stages marked ``fast`` below.
+        fast = not is_ice40(platform)
         word = self.cmd.payload
         head = data.View(HEADER_LAYOUT, word)
         count = Signal(24)
@@ -118,25 +123,35 @@ class HostInterface(wiring.Component):
                          ~above(where.row + count, cfg.ub_depth))
                 in_acc = ((where.memory == Memory.ACCUMULATORS.value) & ~memory_write &
                           ~above(where.row + count, cfg.acc_depth))
+                fits = (~running & (where.reserved == 0) & ~above(count, (1 << 16) - 1) &
+                        (in_ub | in_acc))
+
+                def act_on(fits):
+                    with m.If(fits):
+                        _goto(m, count == 0, "Header", "MemoryRequest")
+                    with m.Else():
+                        m.d.sync += [bad_request.eq(1), bad_reply.eq(Reply.REFUSED.value),
+                                     bad_opcode.eq(Mux(memory_write,
+                                                       Command.WRITE_MEMORY.value,
+                                                       Command.READ_MEMORY.value)),
+                                     rows_mode.eq(ROWS_DROPPED)]
+                        _goto(m, memory_write & (count != 0), "Data", "Header")
+
                 with m.If(took):
                     m.d.sync += [addr.eq(where.row), memory_kind.eq(
                         Mux(memory_write, DMA_READ_HOST,
                             Mux(where.memory == Memory.ACCUMULATORS.value, DMA_WRITE_ACC,
                                 DMA_WRITE_UB)))]
-                    m.d.sync += memory_fits.eq(~running & (where.reserved == 0) &
-                                               ~above(count, (1 << 16) - 1) & (in_ub | in_acc))
-                    m.next = "MemoryCheck"
-            with m.State("MemoryCheck"):
-                # The checks' outcome, a cycle later from a register: the address word's
-                # adder and comparisons do not reach the parser's decisions.
-                with m.If(memory_fits):
-                    _goto(m, count == 0, "Header", "MemoryRequest")
-                with m.Else():
-                    m.d.sync += [bad_request.eq(1), bad_reply.eq(Reply.REFUSED.value),
-                                 bad_opcode.eq(Mux(memory_write, Command.WRITE_MEMORY.value,
-                                                   Command.READ_MEMORY.value)),
-                                 rows_mode.eq(ROWS_DROPPED)]
-                    _goto(m, memory_write & (count != 0), "Data", "Header")
+                    if fast:
+                        m.d.sync += memory_fits.eq(fits)
+                        m.next = "MemoryCheck"
+                    else:
+                        act_on(fits)
+            if fast:
+                with m.State("MemoryCheck"):
+                    # The checks' outcome, a cycle later from a register: the address
+                    # word's adder and comparisons do not reach the parser's decisions.
+                    act_on(memory_fits)
             with m.State("MemoryRequest"):
                 m.d.comb += [self.memory_request.valid.eq(1),
                              self.memory_request.payload.kind.eq(memory_kind),
@@ -225,10 +240,10 @@ class HostInterface(wiring.Component):
         #                         taking a row (``host_out.ready``) waits on no comparison
         # The status words are read as they are sent (no copy): the counters of a stopped
         # program stand still, those of a running one go on between the words.
-        # A status or row reply's words are offered from a register (``reply``), loaded
-        # in the cycle before each is offered (``settled`` says the register holds the
-        # word due), so that no multiplexer of the status fields or of the row's lanes
-        # sits before the reply stream's buffer: a word every other cycle.
+        # With ``fast``, a status or row reply's words are offered from a register
+        # (``reply``), loaded in the cycle before each is offered (``settled`` says the
+        # register holds the word due), so that no multiplexer of the status fields or of
+        # the row's lanes sits before the reply stream's buffer: a word every other cycle.
         reply = Signal(32)
         settled = Signal()
         status_words = [_state_word(self) if name == "state_word" else getattr(self, name)
@@ -257,10 +272,14 @@ class HostInterface(wiring.Component):
             for state, kind, words, value in (("Status", Reply.STATUS, STATUS_WORDS, status_word),
                                               ("Row", Reply.ROW, lanes, row_word)):
                 with m.State(state):
-                    sent = settled & self.rsp.ready
-                    m.d.comb += [self.rsp.valid.eq(settled), self.rsp.payload.eq(reply)]
-                    m.d.sync += [reply.eq(Mux(header_sent, value, header(kind, words))),
-                                 settled.eq(~sent)]
+                    due = Mux(header_sent, value, header(kind, words))
+                    if fast:
+                        sent = settled & self.rsp.ready
+                        m.d.comb += [self.rsp.valid.eq(settled), self.rsp.payload.eq(reply)]
+                        m.d.sync += [reply.eq(due), settled.eq(~sent)]
+                    else:
+                        sent = self.rsp.ready
+                        m.d.comb += [self.rsp.valid.eq(1), self.rsp.payload.eq(due)]
                     with m.If(sent):
                         m.d.sync += [header_sent.eq(1),
                                      last_word.eq(Mux(header_sent, word + 2 == words,
