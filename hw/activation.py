@@ -27,8 +27,8 @@ def activation_unit(cfg, *, tag_shape=unsigned(16)):
 
 def activation_latency(cfg):
     """Cycles from a row entering the activation unit of ``cfg`` to its result: 7 (9 with
-    ``multiply_latency`` 2, 10 with 3), or ``cols * (activation_steps + 37) + 1`` for the lane-serial
-    unit."""
+    ``multiply_latency`` 2, 10 with 3), or ``cols * (activation_steps + 37) + 1`` for the
+    lane-serial unit."""
     if cfg.activation_steps:
         return cfg.cols * (cfg.activation_steps + 37) + 1
     return all_lanes_latency(cfg)

@@ -90,8 +90,9 @@ def test_block_with_products_in_mult18x18d(block, cfg, tmp_path):
     """Blocks as the ULX3S's bitstream has them, on Icarus with tpuer's model of the
     MULT18X18D, against the golden model: with ``multiply_latency`` 2 each array cell's
     operands and product held in a MULT18X18D's own registers (with 3 the product copied
-    into the fabric; with 1, no instance: Yosys maps the multiplication); the activation unit's biased words, multipliers and partial
-    products in the registers of four of them a lane."""
+    into the fabric; with 1, no instance: Yosys maps the multiplication); the activation
+    unit's biased words, multipliers and partial products in the registers of four of
+    them a lane."""
     from importlib.resources import files
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
     from tpuer.hw.export import build_block
