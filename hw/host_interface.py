@@ -249,6 +249,11 @@ class HostInterface(wiring.Component):
         status_words = [_state_word(self) if name == "state_word" else getattr(self, name)
                         for name in STATUS_FIELDS]
         row = self.host_out.payload
+        if fast:
+            # The row's lanes are chosen from a copy taken as its reply starts (the row
+            # holds still until the reply's last word takes it), so that the answer
+            # queue's multiplexer ends at a register, not at the reply register.
+            row = Signal(self.host_out.payload.shape(), reset_less=True, name="row_copy")
         status_word, row_word = Signal(32), Signal(32)
         with m.Switch(word):
             for index in range(max(STATUS_WORDS, lanes)):
@@ -268,6 +273,8 @@ class HostInterface(wiring.Component):
                     with m.If(self.rsp.ready):
                         m.d.sync += bad_request.eq(0)
                 with m.Elif(self.host_out.valid):
+                    if fast:
+                        m.d.sync += row.eq(self.host_out.payload)
                     m.next = "Row"
             for state, kind, words, value in (("Status", Reply.STATUS, STATUS_WORDS, status_word),
                                               ("Row", Reply.ROW, lanes, row_word)):
