@@ -104,7 +104,7 @@ BOARDS = {b.name: b for b in [
           ("icebreaker", "ICEBreakerPlatform"), 24.0,
           Config(rows=4, cols=4, ub_depth=256, acc_depth=128, weight_tiles=32,
                  program_depth=512, weight_fifo_tiles=2, activation_steps=32,
-                 host_read_queue=1),
+                 host_read_queue=1, control_registers=0),
           "iceprog", "ICEPROG", _ICE40_HINT,
           uart_note="the FTDI's second channel (/dev/ttyUSB1 on Linux)",
           # Seed 6 routes the 4,444 cells (84%) to 25.1 MHz in about 3 minutes. (At 94% of

@@ -13,7 +13,6 @@ from .arith import above
 from .core import host_control_shapes
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
 from .sequencer import STATUS_SHAPES
-from .targets import is_ice40
 
 __all__ = ["HostInterface"]
 
@@ -21,8 +20,8 @@ __all__ = ["HostInterface"]
 class HostInterface(wiring.Component):
     """Parses commands from ``cmd`` one word per cycle and drives the core; sends ``ROW``
     replies for the rows the core writes to the host and ``STATUS`` / ``BAD_COMMAND``
-    replies on ``rsp``, a whole reply at a time: for fast clocks (anything but an iCE40) a
-    word every other cycle, each from a register, else a word per cycle. See
+    replies on ``rsp``, a whole reply at a time: with ``cfg.control_registers`` (for fast
+    clocks) a word every other cycle, each from a register, else a word per cycle. See
     :mod:`tpuer.protocol` for the words.
 
     A header with an unknown opcode is answered with ``BAD_COMMAND`` and the next word is
@@ -49,9 +48,9 @@ class HostInterface(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        # Fast clocks (anything but an iCE40, short of logic cells and slow enough without
-        # them) get the register stages marked ``fast`` below.
-        fast = not is_ice40(platform)
+        # The register stages that fast clocks need (``cfg.control_registers``) are
+        # marked ``fast`` below.
+        fast = bool(cfg.control_registers)
         word = self.cmd.payload
         head = data.View(HEADER_LAYOUT, word)
         count = Signal(24)

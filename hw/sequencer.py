@@ -12,7 +12,6 @@ from .activation_issuer import ACTIVATE_REQUEST_LAYOUT
 from .datapath import command_layouts
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
 from .program_memory import ProgramMemory
-from .targets import is_ice40
 
 __all__ = ["Sequencer", "STATUS_SHAPES", "control_shapes"]
 
@@ -48,8 +47,8 @@ class Sequencer(wiring.Component):
     (:class:`~tpuer.hw.activation_issuer.ActivationIssuer`) does, so host transfers and
     requantisation overlap products. MATMUL rows stream one per cycle and consecutive
     instructions follow without a gap: the instruction under way is decoded from a register
-    while the next one waits in another (on an iCE40, on the memory's output) and the
-    memory already reads the one after. A run begins with two cycles that fill this stage.
+    while the next one waits in another (without ``cfg.control_registers``, on the
+    memory's output) and the memory already reads the one after. A run begins with two cycles that fill this stage.
 
     Members
     -------
@@ -71,8 +70,8 @@ class Sequencer(wiring.Component):
         Commands to the datapath (see :class:`Datapath`). With a lane-serial activation
         unit (``cfg.activation_steps``), CONFIG writes biases and multipliers on
         ``param_write`` instead of into ``params``. ``params`` changes the cycle after
-        the CONFIG retires (off an iCE40, a cycle later); ``param_write`` is valid while
-        it retires.
+        the CONFIG retires (with ``cfg.control_registers``, a cycle later);
+        ``param_write`` is valid while it retires.
     dma_request : Out(stream)
         READ_HOST and WRITE_HOST, handed to the host DMA engine
         (:class:`~tpuer.hw.host_dma.HostDMA`); ``dma_busy``, ``dma_kind``, ``dma_low``,
@@ -175,9 +174,9 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        # Fast clocks (anything but an iCE40, which is short of logic cells and slow
-        # enough without them) get the register stages marked ``fast`` below.
-        fast = not is_ice40(platform)
+        # The register stages that fast clocks need (``cfg.control_registers``) are
+        # marked ``fast`` below.
+        fast = bool(cfg.control_registers)
         m.submodules.program = program = ProgramMemory(cfg.program_depth)
         # The program cannot change while it runs (the memory may be single-ported).
         m.d.comb += [program.write_addr.eq(self.program_write_addr),
@@ -201,7 +200,7 @@ class Sequencer(wiring.Component):
         # static error. The next instruction waits in a register (``upcoming``), the one
         # after it on the memory's output, so an instruction retires into the next without
         # a gap while the memory's slow output only ever goes into a register and the
-        # decoding starts from one. On an iCE40, short of logic cells and slow enough, the
+        # decoding starts from one. Without ``fast`` (a small FPGA at a slow clock) the
         # memory's output itself holds the next instruction (it holds still while nothing
         # is read), and the decoding starts from there: the fetch keeps its timing, a
         # cycle nearer to the memory.

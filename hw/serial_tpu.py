@@ -6,7 +6,6 @@ from amaranth.lib.wiring import In, Out
 
 from .serial_link import SerialLink
 from .stream_buffer import StreamBuffer
-from .targets import is_ice40
 from .tpu import TPU
 from .uart import UARTReceiver, UARTTransmitter, check_divisor
 
@@ -16,9 +15,9 @@ __all__ = ["SerialTPU"]
 class SerialTPU(wiring.Component):
     """:class:`~tpuer.hw.tpu.TPU` behind :class:`~tpuer.hw.serial_link.SerialLink` and a
     UART of ``divisor`` clock cycles per bit: ``rx`` and ``tx`` are the board's serial
-    pins. The very same logic goes into every bitstream and into the simulated board, but
-    for the register stages between the link and the TPU, which an iCE40 makes fewer and
-    smaller."""
+    pins. The very same logic goes into a bitstream and into the simulated board. The
+    register stages between the link and the TPU are fewer and smaller without
+    ``cfg.control_registers`` (a small FPGA at a slow clock)."""
 
     def __init__(self, cfg, *, divisor):
         self._cfg = cfg
@@ -31,30 +30,31 @@ class SerialTPU(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        fast = bool(self._cfg.control_registers)
         m.submodules.receiver = receiver = UARTReceiver(self._divisor)
         m.submodules.transmitter = transmitter = UARTTransmitter(self._divisor)
         m.submodules.link = link = SerialLink(
             byte_timeout=SerialLink.byte_timeout_for(self._divisor),
-            registered_crc=not is_ice40(platform))
+            registered_crc=fast)
         m.submodules.tpu = tpu = TPU(self._cfg)
         wiring.connect(m, receiver.bytes, link.rx_bytes)
         wiring.connect(m, link.tx_bytes, transmitter.bytes)
         # A register stage for the replies, its ready from a register too, so that the
-        # link's state does not reach through the host interface into the DMA engine (on
-        # the iCE40, short of logic cells, without a skid register: a reply word every other
-        # cycle is still far faster than the UART); and, but for the iCE40, one for the
-        # commands, so that the link's queue memory and the host interface's decoding do
-        # not make one long path.
+        # link's state does not reach through the host interface into the DMA engine
+        # (without ``fast``, without a skid register: a reply word every other cycle is
+        # still far faster than the UART); and, with ``fast``, one for the commands, so
+        # that the link's queue memory and the host interface's decoding do not make one
+        # long path.
         m.submodules.rsp_buffer = rsp_buffer = StreamBuffer(
-            32, mode="half_rate" if is_ice40(platform) else "skid")
+            32, mode="skid" if fast else "half_rate")
         wiring.connect(m, tpu.rsp, rsp_buffer.i)
         wiring.connect(m, rsp_buffer.o, link.rsp)
-        if is_ice40(platform):
-            wiring.connect(m, link.cmd, tpu.cmd)
-        else:
+        if fast:
             m.submodules.cmd_buffer = cmd_buffer = StreamBuffer(32)
             wiring.connect(m, link.cmd, cmd_buffer.i)
             wiring.connect(m, cmd_buffer.o, tpu.cmd)
+        else:
+            wiring.connect(m, link.cmd, tpu.cmd)
         m.d.comb += [receiver.rx.eq(self.rx), self.tx.eq(transmitter.tx),
                      transmitter.break_stop.eq(0)]
         return m

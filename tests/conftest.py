@@ -21,7 +21,7 @@ SIM_CONFIGS = [
 CORE_CONFIGS = [
     Config(rows=2, cols=2, ub_depth=12, acc_depth=8, weight_tiles=4, program_depth=64),
     Config(rows=4, cols=4, ub_depth=16, acc_depth=12, weight_tiles=6, program_depth=64,
-           activation_steps=2, host_read_queue=1),   # the small FPGAs' choices
+           activation_steps=2, host_read_queue=1, control_registers=0),  # small FPGAs'
     Config(rows=8, cols=8, ub_depth=24, acc_depth=16, weight_tiles=8, program_depth=64,
            multiply_latency=3, memory_read_latency=2),
     Config(rows=4, cols=8, ub_depth=20, acc_depth=10, weight_tiles=6, program_depth=64,

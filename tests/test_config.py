@@ -33,6 +33,8 @@ def test_non_square_and_derived_sizes():
     ({"rows": 1, "weight_fifo_tiles": 1}, "the Weight FIFO must hold at least 2 rows"),
     ({"multiply_latency": 4}, "multiply_latency must be between 1 and 3, not 4"),
     ({"memory_read_latency": 0}, "memory_read_latency must be between 1 and 2, not 0"),
+    ({"control_registers": 2}, "control_registers must be between 0 and 1, not 2"),
+    ({"control_registers": True}, "control_registers must be an integer, not True"),
 ])
 def test_bad_values_are_refused_with_a_clear_message(kwargs, message):
     with pytest.raises(ConfigError) as error:

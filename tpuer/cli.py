@@ -26,6 +26,8 @@ _CONFIG_OPTIONS = [
                          "registered too, for fast clocks)"),
     ("memory_read_latency", "cycles from a Unified Buffer or accumulator read to its row (2: "
                             "the block RAM's output registered, for fast clocks)"),
+    ("control_registers", "1: the control path's register stages for fast clocks; 0: "
+                          "without them, smaller, for a slow clock"),
 ]
 
 

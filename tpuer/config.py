@@ -85,6 +85,16 @@ class Config:
         then takes a cycle more. The handshakes around the reads are then decided from
         registers (the feed's hold-back check a cycle ahead, the host reads' room from the
         queue alone), which costs a few flip-flops and look-up tables and no cycles.
+    control_registers : int
+        1 (the default): the control path has the register stages that fast clocks need,
+        at no cost in cycles: the sequencer holds the next instruction in a register
+        (``upcoming``), counts late events a cycle later and writes CONFIG's parameters a
+        cycle after it retires; the host interface offers each reply word from a register
+        (a word every other cycle) and checks memory commands in a state of their own; the
+        serial link registers its CRC and has a register stage each way around the host
+        streams. 0: none of these, for a small FPGA at a slow clock (the iCE40UP5K at
+        24 MHz, where the sequencer's and the host interface's stages alone took 144
+        logic cells).
 
     Raises
     ------
@@ -105,6 +115,7 @@ class Config:
     host_read_queue: int = 2
     multiply_latency: int = 1
     memory_read_latency: int = 1
+    control_registers: int = 1
 
     def __post_init__(self):
         _check_int("rows", self.rows, 1, 256)
@@ -128,6 +139,7 @@ class Config:
         _check_int("host_read_queue", self.host_read_queue, 1, 2)
         _check_int("multiply_latency", self.multiply_latency, 1, 3)
         _check_int("memory_read_latency", self.memory_read_latency, 1, 2)
+        _check_int("control_registers", self.control_registers, 0, 1)
         if self.weight_fifo_tiles * self.rows < 2:
             raise ConfigError(
                 "the Weight FIFO must hold at least 2 rows to pass one row per cycle: "
@@ -241,6 +253,8 @@ class Config:
             name += f"-ml{self.multiply_latency}"
         if self.memory_read_latency != defaults.memory_read_latency:
             name += f"-mr{self.memory_read_latency}"
+        if self.control_registers != defaults.control_registers:
+            name += f"-cr{self.control_registers}"
         return name
 
     def as_dict(self):
