@@ -61,9 +61,11 @@ class AccumulatorMemory(wiring.Component):
         stored.
 
     Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + S``
-    (``S`` is :func:`add_spacing`); a read requested in cycle ``t + S`` or later returns it
-    (after ``cfg.memory_read_latency`` cycles), and ``write_pending`` and ``overflow`` tell
-    of it until then. With ``register_stored_row`` the stored row goes straight from the
+    (``S`` is :func:`add_spacing`); a read requested after that returns it (after
+    ``cfg.memory_read_latency`` cycles), and ``write_pending`` and ``overflow`` tell of it
+    until then. A read from outside of a row in the cycle it is stored returns an undefined
+    row (the datapath reads a row only once the matrix unit and ``write_pending`` are
+    idle), so that the outside reader's port needs no bypass. With ``register_stored_row`` the stored row goes straight from the
     memory into a register before the addition, so no path runs from the memory through
     the adder back into it; with ``cfg.memory_read_latency`` 2 the sum is registered too,
     before it is saturated and stored. Without ``register_stored_row`` (for slow
@@ -73,8 +75,7 @@ class AccumulatorMemory(wiring.Component):
     ``overflow`` keep their timing. ``register_stored_row=None`` (the default) leaves it out
     on an iCE40 only. Without it the memory is a block RAM per lane without a bypass (on an
     iCE40 without Yosys's): the rule above means that a row is never read for an addition in the
-    cycle it is stored, and a read from outside in that cycle returns an undefined row (the
-    datapath reads a row only once the matrix unit and ``write_pending`` are idle).
+    cycle it is stored.
 
     With ``skewed_lanes`` (which leaves out ``register_stored_row``), the lanes of a row are
     written apart, as a skewed wavefront leaves the systolic array: ``write_addr``,
@@ -140,8 +141,11 @@ class AccumulatorMemory(wiring.Component):
             valid.append(later)
 
         if register_stored_row:
+            # ``no_rw_check``: the outside reader's port below needs no read-during-write
+            # logic (``old`` is transparent all the same).
             m.submodules.storage = storage = memory.Memory(
-                shape=self.row_layout, depth=cfg.acc_depth, init=[])
+                shape=self.row_layout, depth=cfg.acc_depth, init=[],
+                attrs={"no_rw_check": 1})
             commit = storage.write_port()
             # Transparent, so a write add_spacing cycles after the one it adds to sees that
             # one's commit.
@@ -178,8 +182,14 @@ class AccumulatorMemory(wiring.Component):
                              read_copy.write_en.eq(commit.en)]
                 read_port = read_copy.read_addr, read_copy.read_en, read_copy.read_data
             else:
-                read = storage.read_port(transparent_for=[commit])
-                read_port = read.addr, read.en, read.data
+                # Without Yosys's bypass too (see BlockRAM): an asynchronous port into a
+                # register of its own, which Yosys merges into the block RAM.
+                read = storage.read_port(domain="comb")
+                read_en = Signal()
+                read_held = Signal(self.row_layout.size, reset_less=True)
+                with m.If(read_en):
+                    m.d.sync += read_held.eq(read.data)
+                read_port = read.addr, read_en, read_held
         else:
             # A lane a write may add to is read a cycle ahead (``next_write_*``), so that in
             # cycle t it is added as it leaves the memory and committed: the written lane

@@ -29,9 +29,14 @@ class BlockRAM(wiring.Component):
         The word requested in the last cycle with ``read_en`` high.
 
     A read of the word being written in the same cycle returns an undefined value (the old
-    one off the iCE40): its users never do that. On an iCE40 the memory is
+    one in simulation): its users never do that. On an iCE40 the memory is
     ``ceil(width / 16) x ceil(depth / 256)`` SB_RAM40_4K blocks and nothing else but the
-    block select of the read data; elsewhere an ``amaranth.lib.memory.Memory``.
+    block select of the read data. Elsewhere it is an ``amaranth.lib.memory.Memory`` marked
+    ``no_rw_check``, read through an asynchronous port into a register of its own, which
+    Yosys merges into the block RAM: so it adds no read-during-write logic. (For a
+    synchronous read port it would keep the old word on a read meeting a write with a
+    bypass: for a 1024 x 64 memory on the ECP5, 140 flip-flops and 64 multiplexers behind
+    its four DP16KD, the multiplexers on the read data's path.)
 
     Latency: 1 cycle from ``read_addr`` to ``read_data``.
     """
@@ -58,12 +63,16 @@ class BlockRAM(wiring.Component):
         m = Module()
         if not is_ice40(platform):
             m.submodules.words = words = memory.Memory(
-                shape=self._width, depth=self._depth, init=[])
+                shape=self._width, depth=self._depth, init=[], attrs={"no_rw_check": 1})
             granularity = None if self._granularity == self._width else self._granularity
-            write, read = words.write_port(granularity=granularity), words.read_port()
+            write = words.write_port(granularity=granularity)
+            read = words.read_port(domain="comb")
             m.d.comb += [write.addr.eq(self.write_addr), write.data.eq(self.write_data),
-                         write.en.eq(self.write_en), read.addr.eq(self.read_addr),
-                         read.en.eq(self.read_en), self.read_data.eq(read.data)]
+                         write.en.eq(self.write_en), read.addr.eq(self.read_addr)]
+            held = Signal(self._width, reset_less=True)     # as the block RAM's own
+            with m.If(self.read_en):
+                m.d.sync += held.eq(read.data)
+            m.d.comb += self.read_data.eq(held)
             return m
 
         banks = -(-self._depth // _BLOCK_DEPTH)

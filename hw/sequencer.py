@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from ..isa import (ALL_LANES, INSTRUCTION_BITS, INSTRUCTION_LAYOUT, ConfigParam, CoreState,
                    ErrorCode, MatmulFlag, Opcode, WriteHostFlag)
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit
-from .arith import above, outside
+from .arith import above, any_of, outside
 from .activation_issuer import ACTIVATE_REQUEST_LAYOUT
 from .datapath import command_layouts
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
@@ -119,7 +119,7 @@ class Sequencer(wiring.Component):
         """What can be told from instruction word ``instr`` alone: ``is_op`` (a bit per
         :class:`Opcode`), the ends ``a_end = a + count`` and ``b_end = b + count``, and
         ``error``, the first failing check that does not depend on the core's state (the
-        ones that do are in :meth:`elaborate`)."""
+        ones that do are in :meth:`elaborate`), and ``bad``, whether there is one."""
         cfg = self._cfg
         op, flags, a, b, n = instr.opcode, instr.flags, instr.a, instr.b, instr.count
         is_op = {code: op == code.value for code in Opcode}
@@ -147,28 +147,36 @@ class Sequencer(wiring.Component):
                     m.d.comb += config_out_of_range.eq(outside(value, low, high))
         # The opcode is one-hot (or no opcode at all): each opcode's checks in parallel,
         # in their order, then the checks every instruction has before them.
-        none = ErrorCode.NONE
-        per_opcode = {
-            Opcode.READ_HOST: Mux(ub_over(a_end), ErrorCode.UB_RANGE, none),
-            Opcode.WRITE_HOST: Mux(from_acc, Mux(acc_over(a_end), ErrorCode.ACC_RANGE, none),
-                                   Mux(ub_over(a_end), ErrorCode.UB_RANGE, none)),
-            Opcode.READ_WEIGHTS: Mux(above(a_end, cfg.weight_tiles), ErrorCode.WEIGHT_RANGE, none),
-            Opcode.MATMUL: Mux(ub_over(a_end), ErrorCode.UB_RANGE,
-                               Mux(acc_over(b_end), ErrorCode.ACC_RANGE, none)),
-            Opcode.ACTIVATE: Mux(acc_over(a_end), ErrorCode.ACC_RANGE,
-                                 Mux(ub_over(b_end), ErrorCode.UB_RANGE, none)),
-            Opcode.CONFIG: Mux(((n != ALL_LANES) & above(n, cfg.cols - 1)) | config_out_of_range,
-                               ErrorCode.BAD_CONFIG, none),
+        checks = {
+            Opcode.READ_HOST: [(ub_over(a_end), ErrorCode.UB_RANGE)],
+            Opcode.WRITE_HOST: [(from_acc & acc_over(a_end), ErrorCode.ACC_RANGE),
+                                (~from_acc & ub_over(a_end), ErrorCode.UB_RANGE)],
+            Opcode.READ_WEIGHTS: [(above(a_end, cfg.weight_tiles), ErrorCode.WEIGHT_RANGE)],
+            Opcode.MATMUL: [(ub_over(a_end), ErrorCode.UB_RANGE),
+                            (acc_over(b_end), ErrorCode.ACC_RANGE)],
+            Opcode.ACTIVATE: [(acc_over(a_end), ErrorCode.ACC_RANGE),
+                              (ub_over(b_end), ErrorCode.UB_RANGE)],
+            Opcode.CONFIG: [(((n != ALL_LANES) & above(n, cfg.cols - 1)) | config_out_of_range,
+                             ErrorCode.BAD_CONFIG)],
         }
         opcode_error = 0
-        for code, check in per_opcode.items():
-            opcode_error = opcode_error | Mux(is_op[code], check, none)
+        for code, code_checks in checks.items():
+            first_failing = ErrorCode.NONE
+            for fails, error in reversed(code_checks):
+                first_failing = Mux(fails, error, first_failing)
+            opcode_error = opcode_error | Mux(is_op[code], first_failing, ErrorCode.NONE)
         bad_flags = ((is_op[Opcode.CONFIG] & (flags > max(ConfigParam))) |
                      (~is_op[Opcode.CONFIG] & ((flags & ~defined_flags) != 0)))
-        chosen = Mux(~Cat(*(is_op[code] for code in Opcode)).any(), ErrorCode.BAD_OPCODE,
-                     Mux((instr.reserved != 0) | bad_flags, ErrorCode.BAD_FIELD,
-                         opcode_error))
-        return {"is_op": is_op, "a_end": a_end, "b_end": b_end, "error": chosen,
+        no_opcode = ~Cat(*(is_op[code] for code in Opcode)).any()
+        bad_field = (instr.reserved != 0) | bad_flags
+        chosen = Mux(no_opcode, ErrorCode.BAD_OPCODE,
+                     Mux(bad_field, ErrorCode.BAD_FIELD, opcode_error))
+        # Whether any check fails, as one OR of the conditions: no chain of multiplexers
+        # between the range checks' carry chains and the issue decision.
+        bad = no_opcode | bad_field | any_of(is_op[code] & fails
+                                             for code, code_checks in checks.items()
+                                             for fails, _ in code_checks)
+        return {"is_op": is_op, "a_end": a_end, "b_end": b_end, "error": chosen, "bad": bad,
                 "many_tiles": above(n, cfg.weight_fifo_tiles + 1)}
 
     def elaborate(self, platform):
@@ -248,7 +256,7 @@ class Sequencer(wiring.Component):
             m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
                          b_end.eq(decoded["b_end"]),
                          static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
-                         static_bad.eq(decoded["error"] != ErrorCode.NONE),
+                         static_bad.eq(decoded["bad"]),
                          weight_overflow.eq(decoded["is_op"][Opcode.READ_WEIGHTS] & (
                              decoded["many_tiles"] |
                              (tiles_then + fetched_tiles > cfg.weight_fifo_tiles + 1))),

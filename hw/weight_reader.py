@@ -65,6 +65,7 @@ class WeightReader(wiring.Component):
 
         next_addr = Signal(range(cfg.weight_memory_depth + 1))
         remaining = Signal(range(cfg.weight_memory_depth + 1))
+        idle = Signal(init=1)       # remaining == 0, kept in a register for ``request.ready``
         have_row = Signal()         # read_data holds a row not yet taken
         # A row is not read in a cycle in which the host may write it (the block RAM's
         # output would be undefined): the read waits, and the row already read is kept.
@@ -75,17 +76,19 @@ class WeightReader(wiring.Component):
             self.weights.valid.eq(have_row),
             self.weights.payload.eq(storage.read_data),
             storage.read_addr.eq(next_addr),
-            storage.read_en.eq(advance & (remaining != 0)),
-            self.request.ready.eq(remaining == 0),
-            self.busy.eq((remaining != 0) | have_row),
+            storage.read_en.eq(advance & ~idle),
+            self.request.ready.eq(idle),
+            self.busy.eq(~idle | have_row),
         ]
         with m.If(taken):
             m.d.sync += have_row.eq(0)
         with m.If(advance):
-            m.d.sync += have_row.eq(remaining != 0)
-            with m.If(remaining != 0):
-                m.d.sync += [next_addr.eq(next_addr + 1), remaining.eq(remaining - 1)]
+            m.d.sync += have_row.eq(~idle)
+            with m.If(~idle):
+                m.d.sync += [next_addr.eq(next_addr + 1), remaining.eq(remaining - 1),
+                             idle.eq(remaining == 1)]
         with m.If(self.request.valid & self.request.ready):
             m.d.sync += [next_addr.eq(self.request.payload.tile * cfg.rows),
-                         remaining.eq(self.request.payload.tiles * cfg.rows)]
+                         remaining.eq(self.request.payload.tiles * cfg.rows),
+                         idle.eq(self.request.payload.tiles == 0)]
         return m

@@ -50,9 +50,8 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=Non
 
     # A read or a write's range_error shows in cycle t + 1; a write requested in cycle t
     # is stored at the end of cycle t + store_after (add_spacing, or 0 for the memory
-    # without the stored-row register, which reads the row it adds to a cycle ahead and
-    # where a read of the row in cycle t is undefined), and reads requested after that
-    # see it; its overflow shows in t + add_spacing. The next cycle's write is announced
+    # without the stored-row register, which reads the row it adds to a cycle ahead), a
+    # read of the row in that cycle is undefined, and reads requested after it see it; its overflow shows in t + add_spacing. The next cycle's write is announced
     # on next_write_*.
     expected = [(None, {"overflow": 0, "range_error": 0}) for _ in schedule]
     in_flight = []
@@ -69,7 +68,7 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=Non
         # before.
         window = range(cycle - store_after, cycle - store_after +
                        (cfg.cols if skewed_lanes else 1))
-        being_stored = store_after < 2 and any(
+        being_stored = any(
             0 <= t < len(schedule) and schedule[t][1] is not None and
             schedule[t][1]["addr"] == read for t in window)
         if read is not None:

