@@ -167,8 +167,18 @@ class Datapath(wiring.Component):
         reading_cmd = Signal(self.matmul_layout)
         reads = _delayed(m, cfg, reading, reading_cmd, "reading")
         arrived, arrived_cmd = reads[-1]        # the row of this read is on ub.read_data
-        room = feed.level + count_of(valid for valid, _ in reads) < slots
-        issue = self.matmul.valid & room
+        if ahead:
+            # The rows queued and being read are counted in a register of their own
+            # (``held``), and the room they leave is decided a cycle ahead: the MATMUL
+            # handshake starts from a register.
+            room = Signal(init=1)
+            held = Signal(range(slots + 1))
+            issue = self.matmul.valid & room
+            held_next = held + issue - (feed.r_en & feed.r_rdy)
+            m.d.sync += [held.eq(held_next), room.eq(held_next < slots)]
+        else:
+            room = feed.level + count_of(valid for valid, _ in reads) < slots
+            issue = self.matmul.valid & room
         m.d.comb += self.matmul.ready.eq(room)
         m.d.sync += reading.eq(issue)
         with m.If(issue):
@@ -277,18 +287,21 @@ class Datapath(wiring.Component):
 
         # --- host reads of both memories, when the datapath does not read -------------
         request = self.host_read.payload
-        host_issue = _serve_host_reads(
+        host_issue, host_room = _serve_host_reads(
             m, cfg, self.host_read, self.host_data, acc.read_data, ub.read_data,
             blocked=Mux(request.acc, self.activate.valid, self.matmul.valid))
         if ahead:
             # A host read of a memory waits while the datapath offers a read of it, so the
             # offer alone chooses the address: the multiplexers do not wait for the rest
             # of the issue decisions (the sequencer's, the feed's room, the host's
-            # arbitration).
+            # arbitration). The accumulators' enable is written out for their memory
+            # alone, so that the sequencer's MATMUL decision is not in its logic.
+            host_reads_acc = (self.host_read.valid & request.acc & ~self.activate.valid &
+                              host_room)
             m.d.comb += [
                 acc.read_addr.eq(Mux(self.activate.valid, self.activate.payload.acc_addr,
                                      request.addr)),
-                acc.read_en.eq(self.activate.valid | (host_issue & request.acc)),
+                acc.read_en.eq(self.activate.valid | host_reads_acc),
                 ub.read_addr.eq(Mux(self.matmul.valid, self.matmul.payload.ub_addr,
                                     request.addr)),
                 ub.read_en.eq(issue | (host_issue & ~request.acc)),
@@ -387,7 +400,8 @@ def _serve_host_reads(m, cfg, request, response, acc_data, ub_data, *, blocked):
     With ``cfg.memory_read_latency`` 2 (fast clocks) the queue is a
     :class:`~tpuer.hw.ring_queue.RingQueue`: the host's ``ready``, which comes late through
     the DMA engine, then drives a pointer and not the enables of all the rows.
-    Returns the signal that is high in the cycle the host's address must be on the port.
+    Returns the signal that is high in the cycle the host's address must be on the port,
+    and the one that says the answer queue has room.
     """
     depth = host_answer_slots(cfg)
     kind = RingQueue if cfg.memory_read_latency > 1 else ShiftQueue
@@ -418,4 +432,4 @@ def _serve_host_reads(m, cfg, request, response, acc_data, ub_data, *, blocked):
         queue.r_en.eq(response.ready),
     ]
     m.d.sync += [fresh.eq(issue), fresh_acc.eq(request.payload.acc)]
-    return issue
+    return issue, room

@@ -238,7 +238,9 @@ class HostInterface(wiring.Component):
         last_word = Signal()    # header_sent and word == words - 1: a register, so that
         #                         taking a row (``host_out.ready``) waits on no comparison
         # The status words are read as they are sent (no copy): the counters of a stopped
-        # program stand still, those of a running one go on between the words.
+        # program stand still, those of a running one go on between the words. With
+        # ``fast`` they come from a copy taken as the reply starts, so that the counters'
+        # adders end at a register, not at the reply register.
         # With ``fast``, a status or row reply's words are offered from a register
         # (``reply``), loaded in the cycle before each is offered (``settled`` says the
         # register holds the word due), so that no multiplexer of the status fields or of
@@ -247,6 +249,10 @@ class HostInterface(wiring.Component):
         settled = Signal()
         status_words = [_state_word(self) if name == "state_word" else getattr(self, name)
                         for name in STATUS_FIELDS]
+        status_now = status_words
+        if fast:
+            status_words = [Signal.like(value, reset_less=True, name=f"{name}_copy")
+                            for name, value in zip(STATUS_FIELDS, status_now)]
         row = self.host_out.payload
         if fast:
             # The row's lanes are chosen from a copy taken as its reply starts (the row
@@ -265,6 +271,9 @@ class HostInterface(wiring.Component):
             with m.State("Idle"):
                 m.d.sync += [word.eq(0), header_sent.eq(0), last_word.eq(0), settled.eq(0)]
                 with m.If(status_request):
+                    if fast:
+                        m.d.sync += [copy.eq(value)
+                                     for copy, value in zip(status_words, status_now)]
                     m.next = "Status"
                 with m.Elif(bad_request):
                     m.d.comb += [self.rsp.valid.eq(1),

@@ -119,7 +119,8 @@ class Sequencer(wiring.Component):
         """What can be told from instruction word ``instr`` alone: ``is_op`` (a bit per
         :class:`Opcode`), the ends ``a_end = a + count`` and ``b_end = b + count``, and
         ``error``, the first failing check that does not depend on the core's state (the
-        ones that do are in :meth:`elaborate`), and ``bad``, whether there is one."""
+        ones that do are in :meth:`elaborate`), and ``bad``, two flags that say whether
+        there is one."""
         cfg = self._cfg
         op, flags, a, b, n = instr.opcode, instr.flags, instr.a, instr.b, instr.count
         is_op = {code: op == code.value for code in Opcode}
@@ -171,11 +172,12 @@ class Sequencer(wiring.Component):
         bad_field = (instr.reserved != 0) | bad_flags
         chosen = Mux(no_opcode, ErrorCode.BAD_OPCODE,
                      Mux(bad_field, ErrorCode.BAD_FIELD, opcode_error))
-        # Whether any check fails, as one OR of the conditions: no chain of multiplexers
-        # between the range checks' carry chains and the issue decision.
-        bad = no_opcode | bad_field | any_of(is_op[code] & fails
+        # Whether any check fails, in two ORs of the conditions (the instruction's form;
+        # its ranges and values): no chain of multiplexers between the range checks' carry
+        # chains and the issue decision.
+        bad = (no_opcode | bad_field, any_of(is_op[code] & fails
                                              for code, code_checks in checks.items()
-                                             for fails, _ in code_checks)
+                                             for fails, _ in code_checks))
         return {"is_op": is_op, "a_end": a_end, "b_end": b_end, "error": chosen, "bad": bad,
                 "many_tiles": above(n, cfg.weight_fifo_tiles + 1)}
 
@@ -230,7 +232,9 @@ class Sequencer(wiring.Component):
         # finds no tile.
         weight_overflow = Signal(name="weight_overflow")
         no_weights = Signal(name="no_weights")
-        static_bad = Signal()            # static_error is not NONE
+        static_bad = Signal()            # static_error is not NONE: one of two registers
+        static_bad_parts = Signal(2)
+        m.d.comb += static_bad.eq(static_bad_parts.any())
         priming = Signal()               # the first instruction of a run is loaded
         # The row being issued is the instruction's last (a MATMUL's): kept in a register,
         # so that no adder or wide comparison sits before the issue decision.
@@ -256,7 +260,7 @@ class Sequencer(wiring.Component):
             m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
                          b_end.eq(decoded["b_end"]),
                          static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
-                         static_bad.eq(decoded["bad"]),
+                         static_bad_parts.eq(Cat(*decoded["bad"])),
                          weight_overflow.eq(decoded["is_op"][Opcode.READ_WEIGHTS] & (
                              decoded["many_tiles"] |
                              (tiles_then + fetched_tiles > cfg.weight_fifo_tiles + 1))),
