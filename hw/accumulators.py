@@ -61,21 +61,21 @@ class AccumulatorMemory(wiring.Component):
         stored.
 
     Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + S``
-    (``S`` is :func:`add_spacing`); a read requested after that returns it (after
+    (``S`` is :func:`add_spacing`); a read requested later returns it (after
     ``cfg.memory_read_latency`` cycles), and ``write_pending`` and ``overflow`` tell of it
-    until then. A read from outside of a row in the cycle it is stored returns an undefined
-    row (the datapath reads a row only once the matrix unit and ``write_pending`` are
-    idle), so that the outside reader's port needs no bypass. With ``register_stored_row`` the stored row goes straight from the
-    memory into a register before the addition, so no path runs from the memory through
-    the adder back into it; with ``cfg.memory_read_latency`` 2 the sum is registered too,
-    before it is saturated and stored. Without ``register_stored_row`` (for slow
-    devices: three rows of registers fewer) the row a write adds to is read a cycle ahead,
-    from ``next_write_addr``, and the write is added as it leaves the memory and stored at
-    the end of its own cycle ``t`` (reads from ``t + 1`` on see it); ``write_pending`` and
-    ``overflow`` keep their timing. ``register_stored_row=None`` (the default) leaves it out
-    on an iCE40 only. Without it the memory is a block RAM per lane without a bypass (on an
-    iCE40 without Yosys's): the rule above means that a row is never read for an addition in the
-    cycle it is stored.
+    until then. A read from outside in the cycle the row is stored returns an undefined row
+    (the datapath reads a row once the matrix unit and ``write_pending`` are idle), so the
+    outside reader's port needs no bypass. With ``register_stored_row`` the stored row goes
+    straight from the memory into a register before the addition, so no path runs from the
+    memory through the adder back into it; with ``cfg.memory_read_latency`` 2 the sum is
+    registered too, before it is saturated and stored. Without ``register_stored_row``
+    (for slow devices: three rows of registers fewer) the row a write adds to is read a
+    cycle ahead, from ``next_write_addr``, and the write is added as it leaves the memory
+    and stored at the end of its own cycle ``t`` (reads from ``t + 1`` on see it);
+    ``write_pending`` and ``overflow`` keep their timing. ``register_stored_row=None``
+    (the default) leaves it out on an iCE40 only. Without it the memory is a block RAM per
+    lane without a bypass (on an iCE40 without Yosys's): by the rule above a row is never
+    read for an addition in the cycle it is stored.
 
     With ``skewed_lanes`` (which leaves out ``register_stored_row``), the lanes of a row are
     written apart, as a skewed wavefront leaves the systolic array: ``write_addr``,

@@ -237,10 +237,10 @@ class HostInterface(wiring.Component):
         header_sent = Signal()
         last_word = Signal()    # header_sent and word == words - 1: a register, so that
         #                         taking a row (``host_out.ready``) waits on no comparison
-        # The status words are read as they are sent (no copy): the counters of a stopped
-        # program stand still, those of a running one go on between the words. With
-        # ``fast`` they come from a copy taken as the reply starts, so that the counters'
-        # adders end at a register, not at the reply register.
+        # Without ``fast`` the status words are read as they are sent: the counters of a
+        # running program go on between the words. With ``fast`` they come from a copy
+        # taken as the reply starts (one moment's), so that the counters' adders end at a
+        # register, not at the reply register.
         # With ``fast``, a status or row reply's words are offered from a register
         # (``reply``), loaded in the cycle before each is offered (``settled`` says the
         # register holds the word due), so that no multiplexer of the status fields or of

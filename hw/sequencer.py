@@ -47,8 +47,8 @@ class Sequencer(wiring.Component):
     (:class:`~tpuer.hw.activation_issuer.ActivationIssuer`) does, so host transfers and
     requantisation overlap products. MATMUL rows stream one per cycle and consecutive
     instructions follow without a gap: the instruction under way is decoded from a register
-    while the next one waits in another (without ``cfg.control_registers``, on the
-    memory's output) and the memory already reads the one after. A run begins with two cycles that fill this stage.
+    while the next one waits in another (without ``cfg.control_registers``, on the memory's
+    output) and the memory reads the one after. Two cycles fill this stage as a run begins.
 
     Members
     -------

@@ -51,8 +51,9 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=Non
     # A read or a write's range_error shows in cycle t + 1; a write requested in cycle t
     # is stored at the end of cycle t + store_after (add_spacing, or 0 for the memory
     # without the stored-row register, which reads the row it adds to a cycle ahead), a
-    # read of the row in that cycle is undefined, and reads requested after it see it; its overflow shows in t + add_spacing. The next cycle's write is announced
-    # on next_write_*.
+    # read of the row in that cycle is undefined, and reads requested after it see it;
+    # its overflow shows in t + add_spacing. The next cycle's write is announced on
+    # next_write_*.
     expected = [(None, {"overflow": 0, "range_error": 0}) for _ in schedule]
     in_flight = []
 
