@@ -239,8 +239,8 @@ class HostInterface(wiring.Component):
         #                         taking a row (``host_out.ready``) waits on no comparison
         # Without ``fast`` the status words are read as they are sent: the counters of a
         # running program go on between the words. With ``fast`` they come from a copy
-        # taken as the reply starts (one moment's), so that the counters' adders end at a
-        # register, not at the reply register.
+        # taken in the cycle the reply starts (one moment's), so that the counters' adders
+        # end at a register, not at the reply register.
         # With ``fast``, a status or row reply's words are offered from a register
         # (``reply``), loaded in the cycle before each is offered (``settled`` says the
         # register holds the word due), so that no multiplexer of the status fields or of
@@ -255,9 +255,9 @@ class HostInterface(wiring.Component):
                             for name, value in zip(STATUS_FIELDS, status_now)]
         row = self.host_out.payload
         if fast:
-            # The row's lanes are chosen from a copy taken as its reply starts (the row
-            # holds still until the reply's last word takes it), so that the answer
-            # queue's multiplexer ends at a register, not at the reply register.
+            # The row's lanes are chosen from a copy taken in the cycle its reply starts
+            # (the row holds still until the reply's last word takes it), so that the
+            # answer queue's multiplexer ends at a register, not at the reply register.
             row = Signal(self.host_out.payload.shape(), reset_less=True, name="row_copy")
         status_word, row_word = Signal(32), Signal(32)
         with m.Switch(word):
@@ -270,10 +270,13 @@ class HostInterface(wiring.Component):
         with m.FSM(name="replies"):
             with m.State("Idle"):
                 m.d.sync += [word.eq(0), header_sent.eq(0), last_word.eq(0), settled.eq(0)]
+                if fast:
+                    # The copies follow their sources in every idle cycle, so the last
+                    # one is the reply's (their enable waits for no request).
+                    m.d.sync += [copy.eq(value)
+                                 for copy, value in zip(status_words, status_now)]
+                    m.d.sync += row.eq(self.host_out.payload)
                 with m.If(status_request):
-                    if fast:
-                        m.d.sync += [copy.eq(value)
-                                     for copy, value in zip(status_words, status_now)]
                     m.next = "Status"
                 with m.Elif(bad_request):
                     m.d.comb += [self.rsp.valid.eq(1),
@@ -281,8 +284,6 @@ class HostInterface(wiring.Component):
                     with m.If(self.rsp.ready):
                         m.d.sync += bad_request.eq(0)
                 with m.Elif(self.host_out.valid):
-                    if fast:
-                        m.d.sync += row.eq(self.host_out.payload)
                     m.next = "Row"
             for state, kind, words, value in (("Status", Reply.STATUS, STATUS_WORDS, status_word),
                                               ("Row", Reply.ROW, lanes, row_word)):

@@ -125,10 +125,21 @@ class MatrixUnit(wiring.Component):
         m.d.comb += [
             loading.eq(weight_fifo.r.valid & may_load),
             weight_fifo.r.ready.eq(may_load),
-            array.weight_row.eq(weight_fifo.r.payload),
-            array.weight_index.eq(load_index),
-            array.weight_valid.eq(loading),
         ]
+        # With ``cfg.control_registers`` (and more than one row) the row goes into the
+        # array's shadow weights a cycle later, from a register: the decision to load
+        # (which waits for the switch, so for the vector's handshake) then reaches a
+        # register, not the enables of every shadow weight. That is still in time: the
+        # switch that takes the tile reaches row ``i`` ``i`` cycles after row 0 and comes
+        # a cycle after the last row is loaded at the soonest, so each row's write lands
+        # ``rows - 1 >= 1`` cycles before it (``rows`` in the direct form); and a row is
+        # loaded no sooner than the switch before it reaches its cells, which a later
+        # write cannot overtake.
+        weight_bus = (array.weight_row, array.weight_index, array.weight_valid)
+        loaded = (weight_fifo.r.payload, load_index, loading)
+        registered_bus = bool(cfg.control_registers) and cfg.rows > 1
+        bus_domain = m.d.sync if registered_bus else m.d.comb
+        bus_domain += [port.eq(value) for port, value in zip(weight_bus, loaded)]
         last_row = loading & (load_index == cfg.rows - 1)
         with m.If(loading):
             m.d.sync += load_index.eq(wrapped_increment(load_index, cfg.rows))

@@ -16,7 +16,7 @@ class SerialTPU(wiring.Component):
     """:class:`~tpuer.hw.tpu.TPU` behind :class:`~tpuer.hw.serial_link.SerialLink` and a
     UART of ``divisor`` clock cycles per bit: ``rx`` and ``tx`` are the board's serial
     pins. The very same logic goes into a bitstream and into the simulated board. The
-    register stages between the link and the TPU are fewer and smaller without
+    register stages between the UART, the link and the TPU are fewer and smaller without
     ``cfg.control_registers`` (a small FPGA at a slow clock)."""
 
     def __init__(self, cfg, *, divisor):
@@ -37,7 +37,13 @@ class SerialTPU(wiring.Component):
             byte_timeout=SerialLink.byte_timeout_for(self._divisor),
             registered_crc=fast)
         m.submodules.tpu = tpu = TPU(self._cfg)
-        wiring.connect(m, receiver.bytes, link.rx_bytes)
+        if fast:
+            # The received bytes go into the link from a register, so that the receiver's
+            # bit timing does not reach the link's frame state and CRC in the same cycle.
+            m.d.sync += [link.rx_bytes.valid.eq(receiver.bytes.valid),
+                         link.rx_bytes.payload.eq(receiver.bytes.payload)]
+        else:
+            wiring.connect(m, receiver.bytes, link.rx_bytes)
         wiring.connect(m, link.tx_bytes, transmitter.bytes)
         # A register stage for the replies, its ready from a register too, so that the
         # link's state does not reach through the host interface into the DMA engine

@@ -35,7 +35,8 @@ class ShiftQueue(wiring.Component):
     something about the next head a cycle ahead and keep the decision in a register:
     ``next_if_read`` (entry 1, or the word written now if there is no entry 1) and
     ``next_if_kept`` (the head, or the word written now into an empty queue). Either is
-    meaningful only if the queue will not be empty.
+    meaningful only if the queue will not be empty. ``r_rdy`` is then a register of its
+    own (the queue is not empty), so that a reader's handshake starts from one.
 
     Latency: a word written in cycle ``t`` can be read from cycle ``t + 1``; reading and
     writing in the same cycle is allowed, full or not (a write when full waits for
@@ -55,9 +56,15 @@ class ShiftQueue(wiring.Component):
                    for k in range(self.depth)]
         read = self.r_en & self.r_rdy
         write = self.w_en & self.w_rdy
-        m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
-                     self.r_data.eq(entries[0])]
-        m.d.sync += self.level.eq(self.level + write - read)
+        level_next = self.level + write - read
+        m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_data.eq(entries[0])]
+        m.d.sync += self.level.eq(level_next)
+        if self._lookahead:
+            nonempty = Signal()
+            m.d.sync += nonempty.eq(level_next != 0)
+            m.d.comb += self.r_rdy.eq(nonempty)
+        else:
+            m.d.comb += self.r_rdy.eq(self.level != 0)
         for k, entry in enumerate(entries):
             behind = entries[k + 1] if k + 1 < self.depth else 0
             # After a read the word written lands one entry lower.
