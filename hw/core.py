@@ -58,6 +58,7 @@ class Core(wiring.Component):
 
         m.submodules.activation_issuer = issuer = ActivationIssuer(cfg)
         wiring.connect(m, seq.matmul, dp.matmul)
+        m.d.comb += dp.matmul_pending.eq(seq.matmul_pending)
         wiring.connect(m, seq.activate_request, issuer.request)
         wiring.connect(m, issuer.activate, dp.activate)
         for name in ("host_write", "host_read"):

@@ -71,6 +71,13 @@ class Datapath(wiring.Component):
         With a lane-serial activation unit, its biases and multipliers (which it keeps
         itself; those of ``params`` are unused): a write per cycle, only while ``busy`` is
         low.
+    matmul_pending : In(1)
+        High in every cycle ``matmul.valid`` is, and in any others where a ``matmul``
+        command may come (its driver's instruction still waits on other checks). With
+        ``cfg.memory_read_latency`` 2 (fast clocks) it alone chooses the Unified Buffer's
+        read address, and host reads of the Unified Buffer wait while it is high, so that
+        neither waits for ``valid``'s later decisions. (Tie it to ``matmul.valid`` where
+        nothing earlier is known.)
     busy : Out(1)
         Some command is still in flight.
     matmul_busy, activate_busy : Out(1)
@@ -111,6 +118,7 @@ class Datapath(wiring.Component):
         super().__init__({
             "weights": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.cols))),
             "matmul": In(stream.Signature(self.matmul_layout)),
+            "matmul_pending": In(1),
             "activate": In(stream.Signature(self.activate_layout)),
             "params": In(self.params_layout),
             "param_write": In(PARAM_WRITE_LAYOUT),
@@ -289,11 +297,13 @@ class Datapath(wiring.Component):
         request = self.host_read.payload
         host_issue, host_room = _serve_host_reads(
             m, cfg, self.host_read, self.host_data, acc.read_data, ub.read_data,
-            blocked=Mux(request.acc, self.activate.valid, self.matmul.valid))
+            blocked=Mux(request.acc, self.activate.valid,
+                        self.matmul_pending if ahead else self.matmul.valid))
         if ahead:
-            # A host read of a memory waits while the datapath offers a read of it, so the
-            # offer alone chooses the address: the multiplexers do not wait for the rest
-            # of the issue decisions (the sequencer's, the feed's room, the host's
+            # A host read of a memory waits while the datapath offers a read of it (or,
+            # for the UB, may offer one: ``matmul_pending``), so the offer alone chooses
+            # the address: the multiplexers do not wait for the rest of the issue
+            # decisions (the sequencer's hazard checks, the feed's room, the host's
             # arbitration). The accumulators' enable is written out for their memory
             # alone, so that the sequencer's MATMUL decision is not in its logic.
             host_reads_acc = (self.host_read.valid & request.acc & ~self.activate.valid &
@@ -302,7 +312,7 @@ class Datapath(wiring.Component):
                 acc.read_addr.eq(Mux(self.activate.valid, self.activate.payload.acc_addr,
                                      request.addr)),
                 acc.read_en.eq(self.activate.valid | host_reads_acc),
-                ub.read_addr.eq(Mux(self.matmul.valid, self.matmul.payload.ub_addr,
+                ub.read_addr.eq(Mux(self.matmul_pending, self.matmul.payload.ub_addr,
                                     request.addr)),
                 ub.read_en.eq(issue | (host_issue & ~request.acc)),
             ]

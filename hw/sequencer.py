@@ -67,7 +67,9 @@ class Sequencer(wiring.Component):
         Performance counters of the last run: cycles running, cycles a vector entered the
         matrix unit, cycles a vector waited for its weight tile, instructions retired.
     matmul, activate_request, params, param_write : Out
-        Commands to the datapath (see :class:`Datapath`). With a lane-serial activation
+        Commands to the datapath (see :class:`Datapath`); ``matmul_pending`` is high
+        while a MATMUL with rows left is under way, whether or not its row waits on a
+        hazard this cycle (a superset of ``matmul.valid``, from registers). With a lane-serial activation
         unit (``cfg.activation_steps``), CONFIG writes biases and multipliers on
         ``param_write`` instead of into ``params``. ``params`` changes the cycle after
         the CONFIG retires (with ``cfg.control_registers``, a cycle later);
@@ -91,6 +93,7 @@ class Sequencer(wiring.Component):
             **{name: In(shape) for name, shape in control_shapes(cfg).items()},
             **{name: Out(shape) for name, shape in STATUS_SHAPES.items()},
             "matmul": Out(stream.Signature(layouts["matmul"])),
+            "matmul_pending": Out(1),
             "activate_request": Out(stream.Signature(ACTIVATE_REQUEST_LAYOUT)),
             "issuer_busy": In(1),
             "issuer_acc_low": In(17), "issuer_acc_high": In(17),
@@ -530,6 +533,7 @@ class Sequencer(wiring.Component):
                     with m.If(self.weight_request.ready):
                         m.d.sync += tiles.eq(tiles + n)
                 with m.If(moves & is_op[Opcode.MATMUL]):
+                    m.d.comb += self.matmul_pending.eq(1)
                     with m.If(matmul_free):
                         m.d.comb += self.matmul.valid.eq(1)
                         with m.If(self.matmul.ready):

@@ -34,7 +34,8 @@ What each block contributes (see the RTL for the reasons):
 * host DMA engine and the host read server (an answer queue of
   :func:`~tpuer.hw.datapath.host_answer_slots` rows for reads of either memory, a row
   taken in the cycle counted as room with ``memory_read_latency`` 1), which yields
-  the memory ports to the datapath.
+  the memory ports to the datapath (with ``memory_read_latency`` 2 the UB's for as long
+  as a MATMUL is under way, even while its rows wait on a hazard).
 """
 
 from collections import deque
@@ -121,8 +122,9 @@ class CoreTiming:
     def _step(self, command, host_rows_left):
         """Advance one clock. ``command`` is what the sequencer offers this cycle: a dict
         with at most one of ``matmul`` (new_tile, acc_addr, accumulate), ``activate_request`` (acc
-        row, UB row, count), ``dma`` (kind, addr, count), ``weights`` (tiles). Returns the
-        handshakes that happened."""
+        row, UB row, count), ``dma`` (kind, addr, count), ``weights`` (tiles), and
+        ``matmul_pending`` while a MATMUL is under way (offered or waiting on a hazard).
+        Returns the handshakes that happened."""
         cfg = self.cfg
         half = cfg.acc_depth // 2
         done = {}
@@ -181,7 +183,11 @@ class CoreTiming:
                     dma_busy = False
         elif self.dma_busy:
             fresh, level = sum(self.server_fresh), self.server_level
-            blocked = activate_valid if self.dma_kind == _WRITE_ACC else matmul is not None
+            # With slow reads (fast clocks) a MATMUL under way keeps the UB's port even
+            # while its row waits on a hazard.
+            ub_kept = (command.get("matmul_pending", False) if cfg.memory_read_latency > 1
+                       else matmul is not None)
+            blocked = activate_valid if self.dma_kind == _WRITE_ACC else ub_kept
             taken = level > 0              # the host takes every answer at once
             # less what is taken this cycle, with memory_read_latency 1 (see host_answer_slots)
             counted = taken if cfg.memory_read_latency == 1 else 0
@@ -324,6 +330,7 @@ class CoreTiming:
                 elif op is Opcode.READ_WEIGHTS:
                     command["weights"] = n
                 elif op is Opcode.MATMUL:
+                    command["matmul_pending"] = True
                     blocked = ((self.dma_kind == _READ_HOST and dma_overlaps(a)) or
                                (self.dma_kind == _WRITE_ACC and dma_overlaps(b)) or
                                (activate_busy and touches(a, self.issuer_ub)) or

@@ -362,6 +362,25 @@ async def bench_hazards(io, cfg, rng):
     await check_program(io, cfg, rng, program, rows, weights, "host transfer hazards", model,
                         in_idle=0.9, out_stall=0.8)
 
+    # A transfer of UB rows to the host goes on while a MATMUL waits on the activation it
+    # reads from: who has the UB's read port meanwhile decides the cycles, which the cycle
+    # model must predict (the host takes every row at once).
+    n = min(cfg.rows, cfg.ub_depth // 3, cfg.acc_depth // 2)
+    program = [
+        isa.read_weights(0, 1),
+        isa.matmul(0, 0, n),                    # accumulator rows 0..n
+        isa.sync(),
+        isa.write_host(0, 2 * n),               # the DMA engine reads UB rows 0..2n,
+        isa.activate(0, 2 * n, n),              # beside it UB rows 2n..3n are written,
+        isa.matmul(2 * n, n, n, switch=False),  # which this reads: it waits (RAW)
+        isa.activate(0, 0, 1),                  # WAR: waits for the transfer to end,
+        isa.matmul(0, n, 1, switch=False),      # and this for it (RAW): the end shows
+        isa.halt(),
+    ]
+    rows = list(rng.integers(lo, hi, (n, cfg.ub_lanes)))
+    await check_program(io, cfg, rng, program, rows, weights,
+                        "a transfer beside a waiting MATMUL", model)
+
 
 async def bench_streaming(io, cfg, rng):
     """Back-to-back MATMULs over prefetched tiles: the counters say how busy the matrix

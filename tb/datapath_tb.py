@@ -14,6 +14,20 @@ from .packing import Codec
 __all__ = ["BENCHES"]
 
 
+class _MatmulSource(StreamSource):
+    """MATMUL commands, with ``matmul_pending`` high whenever one is offered, and often
+    for a cycle or more before a command is offered (as while a sequencer's MATMUL waits
+    on a hazard)."""
+
+    def drive(self, io):
+        if self.current is None and self.queue and self.rng.random() < 0.4:
+            io.set("matmul__valid", 0)
+            io.set("matmul_pending", 1)
+            return
+        super().drive(io)
+        io.set("matmul_pending", int(self.current is not None))
+
+
 class _Datapath:
     def __init__(self, io, cfg, rng):
         self.io, self.cfg, self.rng = io, cfg, rng
@@ -23,12 +37,14 @@ class _Datapath:
         for name in ("weights", "matmul", "activate", "host_write", "host_read"):
             io.set(f"{name}__valid", 0)
         io.set("host_data__ready", 0)
+        io.set("matmul_pending", 0)
         io.set("params", 0)
         idle_param_writes(io, cfg)
 
     def source(self, name, codec, items, idle):
-        return StreamSource(name, codec, items, idle=idle,
-                            rng=random.Random(int(self.rng.integers(1 << 31))))
+        kind = _MatmulSource if name == "matmul" else StreamSource
+        return kind(name, codec, items, idle=idle,
+                    rng=random.Random(int(self.rng.integers(1 << 31))))
 
     def sink(self, name, layout, stall):
         return StreamSink(name, Codec(layout), stall=stall,
