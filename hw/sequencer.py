@@ -13,12 +13,19 @@ from .datapath import command_layouts
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
 from .program_memory import ProgramMemory
 
-__all__ = ["Sequencer", "STATUS_SHAPES", "control_shapes"]
+__all__ = ["Sequencer", "STATUS_SHAPES", "control_shapes", "fetch_fill_cycles"]
 
 #: The status register and the performance counters, as the sequencer drives them and the
 #: core and the host interface pass them on.
 STATUS_SHAPES = {"state": CoreState, "error": ErrorCode, "error_pc": 17, "cycles": 32,
                  "mxu_busy_cycles": 32, "weight_stall_cycles": 32, "instructions": 32}
+
+
+def fetch_fill_cycles(cfg):
+    """Cycles between ``start`` and the first instruction's first step: the fetch stage
+    fills (three with ``cfg.control_registers``, which decodes each instruction a cycle
+    before it is loaded; two without)."""
+    return 3 if cfg.control_registers else 2
 
 
 def control_shapes(cfg):
@@ -48,7 +55,10 @@ class Sequencer(wiring.Component):
     requantisation overlap products. MATMUL rows stream one per cycle and consecutive
     instructions follow without a gap: the instruction under way is decoded from a register
     while the next one waits in another (without ``cfg.control_registers``, on the memory's
-    output) and the memory reads the one after. Two cycles fill this stage as a run begins.
+    output, and is decoded as it is loaded) and the memory reads the one after; with
+    ``cfg.control_registers`` the next one waits already decoded, and the one after it in a
+    third register while it is decoded. :func:`fetch_fill_cycles` cycles fill this stage as
+    a run begins.
 
     Members
     -------
@@ -210,18 +220,20 @@ class Sequencer(wiring.Component):
         # --- fetch and static decode -----------------------------------------------------
         # The instruction under way sits in a register (``instr``) with what can be told
         # from it alone: the one-hot opcode, the ends ``a + n`` and ``b + n`` and the
-        # static error. The next instruction waits in a register (``upcoming``), the one
-        # after it on the memory's output, so an instruction retires into the next without
-        # a gap while the memory's slow output only ever goes into a register and the
-        # decoding starts from one. Without ``fast`` (a small FPGA at a slow clock) the
-        # memory's output itself holds the next instruction (it holds still while nothing
-        # is read), and the decoding starts from there: the fetch keeps its timing, a
-        # cycle nearer to the memory.
+        # static error. The next instruction waits in a register (``upcoming``) with the
+        # same already decoded, the one after it in another (``following``) while it is
+        # decoded, and the one after that on the memory's output: so an instruction retires
+        # into the next without a gap while the memory's slow output only ever goes into a
+        # register and the decoding has a cycle of its own. Without ``fast`` (a small FPGA
+        # at a slow clock) the memory's output itself holds the next instruction (it holds
+        # still while nothing is read), and the decoding starts from there as it is
+        # loaded: the fetch keeps its timing, two cycles nearer to the memory.
         if fast:
             upcoming = Signal(INSTRUCTION_BITS)
+            following = Signal(INSTRUCTION_BITS)
         else:
             upcoming = program.read_data
-        ahead = 2 if fast else 1        # the memory's output is pc + ahead
+        ahead = 3 if fast else 1        # the memory's output is pc + ahead
         fetched = data.View(INSTRUCTION_LAYOUT, upcoming)
         load = Signal()                 # ``instr`` takes ``upcoming``, which takes the memory
         instr = Signal(INSTRUCTION_LAYOUT)
@@ -245,7 +257,28 @@ class Sequencer(wiring.Component):
         # Which halves of the accumulator memory rows ``a...`` touch.
         a_in_low_half, a_in_high_half = Signal(), Signal()
         half = cfg.acc_depth // 2
-        decoded = self._static_decode(m, fetched)
+        if fast:
+            # ``upcoming``'s static decode, made as it was loaded.
+            predecoded = self._static_decode(m, data.View(INSTRUCTION_LAYOUT, following))
+            decoded = {
+                "is_op": {code: Signal(name=f"upcoming_is_{code.name.lower()}")
+                          for code in Opcode},
+                "a_end": Signal(17, name="upcoming_a_end"),
+                "b_end": Signal(17, name="upcoming_b_end"),
+                "error": Signal(ErrorCode, name="upcoming_error"),
+                "bad": (Signal(name="upcoming_bad_form"), Signal(name="upcoming_bad_value")),
+                "many_tiles": Signal(name="upcoming_many_tiles"),
+            }
+            fill_decoded = [decoded[key].eq(predecoded[key])
+                            for key in ("a_end", "b_end", "error", "many_tiles")]
+            fill_decoded += [decoded["is_op"][code].eq(predecoded["is_op"][code])
+                             for code in Opcode]
+            fill_decoded += [mine.eq(new) for mine, new in zip(decoded["bad"],
+                                                                 predecoded["bad"])]
+            fill_upcoming = [upcoming.eq(following), following.eq(program.read_data),
+                             *fill_decoded]
+        else:
+            decoded = self._static_decode(m, fetched)
         # The tiles after this cycle, when an instruction retires into the next one: the
         # retiring READ_WEIGHTS adds its count (``tiles_added``), a switching MATMUL
         # (``takes_tile``) of one row takes one. Both are kept from the load. (Checked
@@ -259,7 +292,7 @@ class Sequencer(wiring.Component):
                               (fetched.count != 0))
         with m.If(load):
             if fast:
-                m.d.sync += upcoming.eq(program.read_data)
+                m.d.sync += fill_upcoming
             m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
                          b_end.eq(decoded["b_end"]),
                          static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
@@ -457,25 +490,31 @@ class Sequencer(wiring.Component):
                     m.d.comb += [program.read_addr.eq(self.start_pc), program.read_en.eq(1)]
                     m.next = "Fill"
 
-            # Two cycles fill the fetch stage: the first instruction into ``upcoming``, then
-            # into ``instr`` while the second goes into ``upcoming`` and the third onto the
-            # memory's output. (Without the register, the first waits on the memory's
-            # output in the first cycle.)
-            for state, offset, following in (("Fill", ahead - 1, "Prime"),
-                                             ("Prime", ahead, "Run")):
+            # :func:`fetch_fill_cycles` cycles fill the fetch stage. With ``fast``: the first
+            # instruction into ``following``; then into ``upcoming``, decoded, while the
+            # second goes into ``following``; then into ``instr`` while the second goes
+            # into ``upcoming``, the third into ``following`` and the fourth onto the
+            # memory's output. Without it, the first waits on the memory's output in the
+            # first cycle, then goes into ``instr`` while the second comes out.
+            fill_states = ["Fill", "Decode", "Prime"] if fast else ["Fill", "Prime"]
+            assert len(fill_states) == fetch_fill_cycles(cfg)
+            for k, state in enumerate(fill_states):
                 with m.State(state):
+                    offset = ahead - (len(fill_states) - 1) + k
                     if offset:
                         m.d.comb += [program.read_addr.eq(pc + offset), program.read_en.eq(1)]
                     if state == "Fill":
                         if fast:
-                            m.d.sync += upcoming.eq(program.read_data)
+                            m.d.sync += following.eq(program.read_data)
+                    elif state == "Decode":
+                        m.d.sync += fill_upcoming
                     else:
                         m.d.comb += [load.eq(1), priming.eq(1)]
                     with m.If(self.abort_run):
                         m.d.comb += self.dma_cancel.eq(1)
                         stop(CoreState.IDLE)
                     with m.Else():
-                        m.next = following
+                        m.next = (fill_states + ["Run"])[k + 1]
 
             with m.State("Drain"):
                 # Earlier instructions finish (host transfers included) before the error

@@ -11,7 +11,8 @@ taken at once.
 
 What each block contributes (see the RTL for the reasons):
 
-* sequencer: two cycles to fill its fetch stage when a run starts, then one cycle per
+* sequencer: :func:`~tpuer.hw.sequencer.fetch_fill_cycles` (2, or 3 with
+  ``control_registers``) to fill its fetch stage when a run starts, then one cycle per
   instruction, one per MATMUL or ACTIVATE row; waits as listed
   in :class:`~tpuer.hw.sequencer.Sequencer`; an error first drains earlier work;
 * weight reader: a request is taken when the previous one has issued its last read; one
@@ -44,6 +45,7 @@ from ..hw.accumulators import add_spacing
 from ..hw.activation import activation_latency
 from ..hw.datapath import feed_slots, host_answer_slots
 from ..hw.matrix_unit import matrix_unit_latency
+from ..hw.sequencer import fetch_fill_cycles
 from ..isa import MatmulFlag, Opcode, WriteHostFlag
 
 __all__ = ["CoreTiming", "Timing"]
@@ -281,7 +283,7 @@ class CoreTiming:
         counters = Timing(cycles=0, mxu_busy_cycles=0, weight_stall_cycles=0, instructions=0)
         index, step, draining = 0, 0, False
         rows_left = host_rows
-        for _ in range(2):                    # the sequencer fills its fetch stage
+        for _ in range(fetch_fill_cycles(self.cfg)):   # the sequencer fills its fetch stage
             rows_left -= self._step({}, rows_left)["host_rows"]
             counters["cycles"] += 1
         while True:
