@@ -290,17 +290,22 @@ class Sequencer(wiring.Component):
         fetched_tiles = fetched.count[:tile_bits]
         fetched_takes_tile = (decoded["is_op"][Opcode.MATMUL] & fetched.flags[1] &
                               (fetched.count != 0))
+        overflows = decoded["is_op"][Opcode.READ_WEIGHTS] & (
+            decoded["many_tiles"] | (tiles_then + fetched_tiles > cfg.weight_fifo_tiles + 1))
+        finds_no_tile = fetched_takes_tile & (tiles_then == 0)
+        has_error = Signal()            # some check fails
         with m.If(load):
             if fast:
-                m.d.sync += fill_upcoming
+                # Whether a check fails is a register of its own (its parts are registers
+                # by now), so that the issue decision starts from one flag.
+                m.d.sync += [*fill_upcoming, has_error.eq(
+                    Cat(*decoded["bad"]).any() | overflows | finds_no_tile)]
             m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
                          b_end.eq(decoded["b_end"]),
                          static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
                          static_bad_parts.eq(Cat(*decoded["bad"])),
-                         weight_overflow.eq(decoded["is_op"][Opcode.READ_WEIGHTS] & (
-                             decoded["many_tiles"] |
-                             (tiles_then + fetched_tiles > cfg.weight_fifo_tiles + 1))),
-                         no_weights.eq(fetched_takes_tile & (tiles_then == 0)),
+                         weight_overflow.eq(overflows),
+                         no_weights.eq(finds_no_tile),
                          tiles_added.eq(Mux(decoded["is_op"][Opcode.READ_WEIGHTS],
                                             fetched_tiles, 0)),
                          takes_tile.eq(fetched_takes_tile),
@@ -318,12 +323,12 @@ class Sequencer(wiring.Component):
         lane = n
         param = flags
         error = Signal(ErrorCode)
-        has_error = Signal()
         dynamic_error = Mux(weight_overflow, ErrorCode.WEIGHT_OVERFLOW,
                             Mux(no_weights, ErrorCode.NO_WEIGHTS, ErrorCode.NONE))
         # Per opcode, every static check comes before the dynamic one.
-        m.d.comb += [error.eq(Mux(static_bad, static_error, dynamic_error)),
-                     has_error.eq(static_bad | weight_overflow | no_weights)]
+        m.d.comb += error.eq(Mux(static_bad, static_error, dynamic_error))
+        if not fast:
+            m.d.comb += has_error.eq(static_bad | weight_overflow | no_weights)
 
         # --- status and counters ---------------------------------------------------------
         running = Signal()
