@@ -237,10 +237,10 @@ class HostInterface(wiring.Component):
         header_sent = Signal()
         last_word = Signal()    # header_sent and word == words - 1: a register, so that
         #                         taking a row (``host_out.ready``) waits on no comparison
-        # Without ``fast`` the status words are read as they are sent: the counters of a
-        # running program go on between the words. With ``fast`` they come from a copy
-        # taken in the cycle the reply starts (one moment's), so that the counters' adders
-        # end at a register, not at the reply register.
+        # The status words are read as they are sent: the counters of a running program
+        # go on between the words. With ``fast`` they come through a register (a cycle
+        # late), so that the counters' adders end at a register, not at the reply
+        # register.
         # With ``fast``, a status or row reply's words are offered from a register
         # (``reply``), loaded in the cycle before each is offered (``settled`` says the
         # register holds the word due), so that no multiplexer of the status fields or of
@@ -250,15 +250,17 @@ class HostInterface(wiring.Component):
         status_words = [_state_word(self) if name == "state_word" else getattr(self, name)
                         for name in STATUS_FIELDS]
         status_now = status_words
-        if fast:
-            status_words = [Signal.like(value, reset_less=True, name=f"{name}_copy")
-                            for name, value in zip(STATUS_FIELDS, status_now)]
         row = self.host_out.payload
         if fast:
-            # The row's lanes are chosen from a copy taken in the cycle its reply starts
-            # (the row holds still until the reply's last word takes it), so that the
-            # answer queue's multiplexer ends at a register, not at the reply register.
+            # The row's lanes are chosen from a copy a cycle late, so that the answer
+            # queue's multiplexer ends at a register, not at the reply register. The copy
+            # has no enable (a wide one would wait on the reply's state): the row holds
+            # still from the cycle before its reply starts until its last word takes it.
+            status_words = [Signal.like(value, reset_less=True, name=f"{name}_copy")
+                            for name, value in zip(STATUS_FIELDS, status_now)]
             row = Signal(self.host_out.payload.shape(), reset_less=True, name="row_copy")
+            m.d.sync += [copy.eq(value) for copy, value in zip(status_words, status_now)]
+            m.d.sync += row.eq(self.host_out.payload)
         status_word, row_word = Signal(32), Signal(32)
         with m.Switch(word):
             for index in range(max(STATUS_WORDS, lanes)):
@@ -270,12 +272,6 @@ class HostInterface(wiring.Component):
         with m.FSM(name="replies"):
             with m.State("Idle"):
                 m.d.sync += [word.eq(0), header_sent.eq(0), last_word.eq(0), settled.eq(0)]
-                if fast:
-                    # The copies follow their sources in every idle cycle, so the last
-                    # one is the reply's (their enable waits for no request).
-                    m.d.sync += [copy.eq(value)
-                                 for copy, value in zip(status_words, status_now)]
-                    m.d.sync += row.eq(self.host_out.payload)
                 with m.If(status_request):
                     m.next = "Status"
                 with m.Elif(bad_request):
