@@ -152,11 +152,13 @@ class MatrixUnit(wiring.Component):
             self.weight_stall.eq(self.rows.valid & self.rows.payload.new_tile & ~tile_ready),
             self.tile_ready.eq(tile_ready),
         ]
+        # ``held`` takes the payload in every cycle, without an enable (one would wait for
+        # the handshake): what it holds after a cycle without a vector is never valid, and
+        # goes through the array as a wavefront of its own whose results are dropped.
         held = Signal(self.row_layout)
         held_valid = Signal()
-        m.d.sync += held_valid.eq(self.rows.valid & self.rows.ready)
-        with m.If(self.rows.valid & self.rows.ready):
-            m.d.sync += held.eq(self.rows.payload)
+        m.d.sync += [held_valid.eq(self.rows.valid & self.rows.ready),
+                     held.eq(self.rows.payload)]
         for i in range(cfg.rows):
             # The held vector enters the array in the cycle its successor is accepted, so a
             # switch raised now takes effect exactly between the two.
