@@ -42,9 +42,12 @@ class SerialLink(wiring.Component):
     registered_crc : bool
         The CRC takes each byte sent from a register, the cycle after the transmitter took
         it, so the reply words' block RAM and the byte multiplexer are not on the CRC's
-        path (9 more flip-flops). This needs a ``tx_bytes`` sink that is not ready in the
+        path (9 more flip-flops); and the reply words' bytes are chosen from a copy of the
+        block RAM's output a cycle late (32 more), so that the block RAM's slow output
+        ends at a register. This needs a ``tx_bytes`` sink that is not ready in the
         cycle after it takes a byte, as a UART transmitter is (busy sending it): then the
-        CRC is complete before its own bytes go out.
+        CRC is complete before its own bytes go out, and no byte is taken before the copy
+        holds it.
     """
 
     def __init__(self, *, byte_timeout, registered_crc=False):
@@ -132,6 +135,12 @@ class SerialLink(wiring.Component):
             m.d.sync += sent_byte_valid.eq(0)
             with m.If(sent_byte_valid):
                 m.d.comb += [frame_crc.data.eq(sent_byte), frame_crc.valid.eq(1)]
+
+        # The reply word whose bytes are sent (see ``registered_crc``).
+        reply_word = replies.read_data
+        if self._registered_crc:
+            reply_word = Signal(32, name="reply_word")
+            m.d.sync += reply_word.eq(replies.read_data)
 
         def send(value, *, crc_it=True):
             m.d.comb += [self.tx_bytes.valid.eq(1), self.tx_bytes.payload.eq(value)]
@@ -267,7 +276,7 @@ class SerialLink(wiring.Component):
                     with m.Else():
                         m.next = "SendWords"
             with m.State("SendWords"):
-                send(replies.read_data.word_select(tx_lane[:2], 8))
+                send(reply_word.word_select(tx_lane[:2], 8))
                 m.d.comb += [replies.read_addr.eq(sent), replies.read_en.eq(0)]
                 with m.If(tx_taken):
                     m.d.sync += tx_lane.eq(tx_lane + 1)
