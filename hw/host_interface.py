@@ -189,7 +189,7 @@ class HostInterface(wiring.Component):
                 m.d.comb += self.cmd.ready.eq(1)
                 words = weight_row_words(cfg)
                 # The row's address and whether its last word may come now are known from
-                # registers, before the word is: the weight reader keeps clear of the row.
+                # registers, before the word is: the weight reader keeps clear of it.
                 m.d.comb += self.weight_write_armed.eq(index == words - 1)
                 with m.If(took):
                     m.d.sync += buffer.word_select(index, 32).eq(word)

@@ -27,17 +27,18 @@ class WeightReader(wiring.Component):
         A requested row has not yet left on ``weights``.
 
     write_armed : In(1)
-        High in every cycle in which ``write_en`` may be high, with ``write_addr`` already
-        the row: from registers, so that the reader keeps clear of that row without waiting
-        for the late ``write_en``.
+        High in every cycle in which ``write_en`` may be high: from registers, so that the
+        reader keeps clear of the write without waiting for the late ``write_en``.
 
     The memory is block RAM without a bypass (:class:`~tpuer.hw.block_ram.BlockRAM`): the
-    reader does not read a row in a cycle in which the host may write it (``write_armed``)
-    but waits, so it reads the row's new value and never the undefined one of a read
-    meeting a write.
+    reader reads no row in a cycle in which the host may write one (``write_armed``) but
+    waits, so it reads a row's new value and never the undefined one of a read meeting a
+    write. (It waits whatever row the host writes: comparing the rows would put a
+    comparator before the memory's read enable, and the host's rows come many cycles
+    apart.)
 
     Latency: the first row of a request is offered 1 cycle after the request is taken
-    (later while the host may write that row).
+    (later while the host may write a row).
     """
 
     def __init__(self, cfg):
@@ -67,9 +68,10 @@ class WeightReader(wiring.Component):
         remaining = Signal(range(cfg.weight_memory_depth + 1))
         idle = Signal(init=1)       # remaining == 0, kept in a register for ``request.ready``
         have_row = Signal()         # read_data holds a row not yet taken
-        # A row is not read in a cycle in which the host may write it (the block RAM's
-        # output would be undefined): the read waits, and the row already read is kept.
-        hazard = self.write_armed & (self.write_addr == next_addr[:len(self.write_addr)])
+        # No row is read in a cycle in which the host may write one (the block RAM's
+        # output would be undefined if it is the same): the read waits, and the row
+        # already read is kept.
+        hazard = self.write_armed
         taken = have_row & self.weights.ready
         advance = (~have_row | self.weights.ready) & ~hazard
         m.d.comb += [
