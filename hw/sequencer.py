@@ -1,5 +1,8 @@
 """The CISC instruction sequencer: program memory, decoder, hazard checks and issue."""
 
+import functools
+import operator
+
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -293,13 +296,13 @@ class Sequencer(wiring.Component):
         overflows = decoded["is_op"][Opcode.READ_WEIGHTS] & (
             decoded["many_tiles"] | (tiles_then + fetched_tiles > cfg.weight_fifo_tiles + 1))
         finds_no_tile = fetched_takes_tile & (tiles_then == 0)
+        fails = Cat(*decoded["bad"]).any() | overflows | finds_no_tile
         has_error = Signal()            # some check fails
         with m.If(load):
             if fast:
                 # Whether a check fails is a register of its own (its parts are registers
                 # by now), so that the issue decision starts from one flag.
-                m.d.sync += [*fill_upcoming, has_error.eq(
-                    Cat(*decoded["bad"]).any() | overflows | finds_no_tile)]
+                m.d.sync += [*fill_upcoming, has_error.eq(fails)]
             m.d.sync += [instr.eq(fetched), a_end.eq(decoded["a_end"]),
                          b_end.eq(decoded["b_end"]),
                          static_error.eq(decoded["error"]), count_zero.eq(fetched.count == 0),
@@ -474,6 +477,10 @@ class Sequencer(wiring.Component):
 
         beyond_end = Signal()           # pc is past the instruction memory
         beyond_last = above(pc, cfg.program_depth - 2)
+        # With ``fast``: the instruction is a MATMUL that may issue rows (it has some, has
+        # passed its checks and is inside the memory), a register made at the load, so
+        # that the MATMUL's handshake and the UB's read port start from one flag.
+        matmul_armed = Signal()
 
         def retire():
             m.d.sync += [pc.eq(pc + 1), first_row.eq(1),
@@ -576,7 +583,9 @@ class Sequencer(wiring.Component):
                     m.d.comb += self.weight_request.valid.eq(1)
                     with m.If(self.weight_request.ready):
                         m.d.sync += tiles.eq(tiles + n)
-                with m.If(moves & is_op[Opcode.MATMUL]):
+                matmul_go = (~self.abort_run & matmul_armed if fast
+                             else moves & is_op[Opcode.MATMUL])
+                with m.If(matmul_go):
                     m.d.comb += self.matmul_pending.eq(1)
                     with m.If(matmul_free):
                         m.d.comb += self.matmul.valid.eq(1)
@@ -596,22 +605,32 @@ class Sequencer(wiring.Component):
                 counted = dma_op | is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] | \
                     is_op[Opcode.ACTIVATE]
                 retire_now = Signal()
-                m.d.comb += retire_now.eq(go & (
+                matmul_retires = matmul_free & self.matmul.ready & last_step
+                handed_over = [
+                    dma_op & dma_free & self.dma_request.ready,
+                    is_op[Opcode.READ_WEIGHTS] & self.weight_request.ready,
+                    is_op[Opcode.ACTIVATE] & activate_free & self.activate_request.ready]
+                if not fast:
+                    handed_over.insert(2, is_op[Opcode.MATMUL] & matmul_free &
+                                       self.matmul.ready & last_step)
+                retire_now_expr = go & (
                     is_op[Opcode.NOP] |
                     (is_op[Opcode.SYNC] & all_idle) |
                     (count_zero & counted) |       # a zero count does nothing (CONFIG's
                     #                                count is a lane)
                     (is_op[Opcode.CONFIG] & ~self.activate_busy) |
-                    (~count_zero & (
-                        (dma_op & dma_free & self.dma_request.ready) |
-                        (is_op[Opcode.READ_WEIGHTS] & self.weight_request.ready) |
-                        (is_op[Opcode.MATMUL] & matmul_free & self.matmul.ready & last_step) |
-                        (is_op[Opcode.ACTIVATE] & activate_free &
-                         self.activate_request.ready)))))
+                    (~count_zero & functools.reduce(operator.or_, handed_over)))
+                if fast:                           # (matmul_go implies go)
+                    retire_now_expr |= matmul_go & matmul_retires
+                m.d.comb += retire_now.eq(retire_now_expr)
                 with m.If(retire_now):
                     retire()
 
         with m.If(load):
             m.d.sync += [ub_row.eq(fetched.a), acc_row.eq(fetched.b),
                          rows_left.eq(fetched.count)]
+            if fast:
+                m.d.sync += matmul_armed.eq(
+                    decoded["is_op"][Opcode.MATMUL] & (fetched.count != 0) & ~fails &
+                    ~Mux(priming, beyond_end, beyond_last))
         return m
