@@ -477,10 +477,11 @@ class Sequencer(wiring.Component):
 
         beyond_end = Signal()           # pc is past the instruction memory
         beyond_last = above(pc, cfg.program_depth - 2)
-        # With ``fast``: the instruction is a MATMUL that may issue rows (it has some, has
-        # passed its checks and is inside the memory), a register made at the load, so
-        # that the MATMUL's handshake and the UB's read port start from one flag.
-        matmul_armed = Signal()
+        # With ``fast``, registers made at the load, so that the handshakes and the
+        # retirement start from one flag each: the instruction has passed its checks and is
+        # inside the memory (``go_armed``), and has a nonzero count too (``moves_armed``),
+        # and is a MATMUL too (``matmul_armed``, which also gives the UB's read port).
+        go_armed, moves_armed, matmul_armed = Signal(), Signal(), Signal()
 
         def retire():
             m.d.sync += [pc.eq(pc + 1), first_row.eq(1),
@@ -543,8 +544,12 @@ class Sequencer(wiring.Component):
                 # handshakes.
                 go = Signal()
                 moves = Signal()         # go, for an instruction whose count is not 0
-                m.d.comb += [go.eq(~self.abort_run & ~beyond_end & ~has_error),
-                             moves.eq(go & ~count_zero)]
+                if fast:
+                    m.d.comb += [go.eq(~self.abort_run & go_armed),
+                                 moves.eq(~self.abort_run & moves_armed)]
+                else:
+                    m.d.comb += [go.eq(~self.abort_run & ~beyond_end & ~has_error),
+                                 moves.eq(go & ~count_zero)]
                 with m.If(self.abort_run):
                     m.d.comb += self.dma_cancel.eq(1)
                     stop(CoreState.IDLE)
@@ -613,15 +618,18 @@ class Sequencer(wiring.Component):
                 if not fast:
                     handed_over.insert(2, is_op[Opcode.MATMUL] & matmul_free &
                                        self.matmul.ready & last_step)
-                retire_now_expr = go & (
-                    is_op[Opcode.NOP] |
-                    (is_op[Opcode.SYNC] & all_idle) |
-                    (count_zero & counted) |       # a zero count does nothing (CONFIG's
-                    #                                count is a lane)
-                    (is_op[Opcode.CONFIG] & ~self.activate_busy) |
-                    (~count_zero & functools.reduce(operator.or_, handed_over)))
-                if fast:                           # (matmul_go implies go)
-                    retire_now_expr |= matmul_go & matmul_retires
+                done_now = (is_op[Opcode.NOP] |
+                            (is_op[Opcode.SYNC] & all_idle) |
+                            (count_zero & counted) |   # a zero count does nothing (CONFIG's
+                            #                            count is a lane)
+                            (is_op[Opcode.CONFIG] & ~self.activate_busy))
+                if fast:    # moves and matmul_go each imply go and a nonzero count
+                    retire_now_expr = ((go & done_now) |
+                                       (moves & functools.reduce(operator.or_, handed_over)) |
+                                       (matmul_go & matmul_retires))
+                else:
+                    retire_now_expr = go & (
+                        done_now | (~count_zero & functools.reduce(operator.or_, handed_over)))
                 m.d.comb += retire_now.eq(retire_now_expr)
                 with m.If(retire_now):
                     retire()
@@ -630,7 +638,9 @@ class Sequencer(wiring.Component):
             m.d.sync += [ub_row.eq(fetched.a), acc_row.eq(fetched.b),
                          rows_left.eq(fetched.count)]
             if fast:
-                m.d.sync += matmul_armed.eq(
-                    decoded["is_op"][Opcode.MATMUL] & (fetched.count != 0) & ~fails &
-                    ~Mux(priming, beyond_end, beyond_last))
+                clear = ~fails & ~Mux(priming, beyond_end, beyond_last)
+                m.d.sync += [go_armed.eq(clear),
+                             moves_armed.eq(clear & (fetched.count != 0)),
+                             matmul_armed.eq(clear & (fetched.count != 0) &
+                                             decoded["is_op"][Opcode.MATMUL])]
         return m
