@@ -80,10 +80,10 @@ class Sequencer(wiring.Component):
         Performance counters of the last run: cycles running, cycles a vector entered the
         matrix unit, cycles a vector waited for its weight tile, instructions retired.
     matmul, activate_request, params, param_write : Out
-        Commands to the datapath (see :class:`Datapath`); ``matmul_pending`` is high
-        while a MATMUL with rows left is under way, whether or not its row waits on a
-        hazard this cycle (a superset of ``matmul.valid``, from registers). With a lane-serial activation
-        unit (``cfg.activation_steps``), CONFIG writes biases and multipliers on
+        Commands to the datapath (see :class:`Datapath`); ``matmul_pending`` is high while
+        a MATMUL with rows left is under way, whether or not its row waits on a hazard (a
+        superset of ``matmul.valid``, from registers). With a lane-serial activation unit
+        (``cfg.activation_steps``), CONFIG writes biases and multipliers on
         ``param_write`` instead of into ``params``. ``params`` changes the cycle after
         the CONFIG retires (with ``cfg.control_registers``, a cycle later);
         ``param_write`` is valid while it retires.
