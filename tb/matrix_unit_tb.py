@@ -71,6 +71,10 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
                                  idle=weight_idle, rng=random.Random(int(rng.integers(1 << 31))))
     row_source = StreamSource("rows", Codec(dut.row_layout), vectors, idle=row_idle,
                               rng=random.Random(int(rng.integers(1 << 31))))
+    # The input register takes the payload in every cycle, valid or not, and its tag shows
+    # on ``upcoming``: the payload is driven from the start, as the datapath drives it
+    # from its registers (left undriven it is Z in Icarus until the first vector).
+    io.set("rows__payload", 0)
     sink = StreamSink("results", Codec(dut.result_layout), has_ready=False)
     stalls = []
     result_codec = Codec(dut.result_layout)
