@@ -176,16 +176,26 @@ class Sequencer(wiring.Component):
             Opcode.CONFIG: [(((n != ALL_LANES) & above(n, cfg.cols - 1)) | config_out_of_range,
                              ErrorCode.BAD_CONFIG)],
         }
+        bad_flags = ((is_op[Opcode.CONFIG] & (flags > max(ConfigParam))) |
+                     (~is_op[Opcode.CONFIG] & ((flags & ~defined_flags) != 0)))
+        no_opcode = ~Cat(*(is_op[code] for code in Opcode)).any()
+        bad_field = (instr.reserved != 0) | bad_flags
+        chosen, bad = self._judge(is_op, checks, no_opcode, bad_field)
+        return {"is_op": is_op, "a_end": a_end, "b_end": b_end, "error": chosen, "bad": bad,
+                "checks": checks, "no_opcode": no_opcode, "bad_field": bad_field,
+                "many_tiles": above(n, cfg.weight_fifo_tiles + 1)}
+
+    @staticmethod
+    def _judge(is_op, checks, no_opcode, bad_field):
+        """The static error of an instruction from its checks (``checks``: per opcode, its
+        ``(fails, ErrorCode)`` pairs in order; ``no_opcode``; ``bad_field``): the first
+        failing check's code, and ``bad``, two flags that say whether there is one."""
         opcode_error = 0
         for code, code_checks in checks.items():
             first_failing = ErrorCode.NONE
             for fails, error in reversed(code_checks):
                 first_failing = Mux(fails, error, first_failing)
             opcode_error = opcode_error | Mux(is_op[code], first_failing, ErrorCode.NONE)
-        bad_flags = ((is_op[Opcode.CONFIG] & (flags > max(ConfigParam))) |
-                     (~is_op[Opcode.CONFIG] & ((flags & ~defined_flags) != 0)))
-        no_opcode = ~Cat(*(is_op[code] for code in Opcode)).any()
-        bad_field = (instr.reserved != 0) | bad_flags
         chosen = Mux(no_opcode, ErrorCode.BAD_OPCODE,
                      Mux(bad_field, ErrorCode.BAD_FIELD, opcode_error))
         # Whether any check fails, in two ORs of the conditions (the instruction's form;
@@ -194,8 +204,7 @@ class Sequencer(wiring.Component):
         bad = (no_opcode | bad_field, any_of(is_op[code] & fails
                                              for code, code_checks in checks.items()
                                              for fails, _ in code_checks))
-        return {"is_op": is_op, "a_end": a_end, "b_end": b_end, "error": chosen, "bad": bad,
-                "many_tiles": above(n, cfg.weight_fifo_tiles + 1)}
+        return chosen, bad
 
     def elaborate(self, platform):
         cfg = self._cfg
@@ -259,40 +268,55 @@ class Sequencer(wiring.Component):
         last_step = Signal()
         # Which halves of the accumulator memory rows ``a...`` touch.
         a_in_low_half, a_in_high_half = Signal(), Signal()
+        acc_watch = Signal(2)            # the same, with ``fast``, where they matter (below)
         half = cfg.acc_depth // 2
         if fast:
             # ``upcoming``'s static decode, made as it was loaded.
             predecoded = self._static_decode(m, data.View(INSTRUCTION_LAYOUT, following))
-            decoded = {
-                "is_op": {code: Signal(name=f"upcoming_is_{code.name.lower()}")
-                          for code in Opcode},
-                "a_end": Signal(17, name="upcoming_a_end"),
-                "b_end": Signal(17, name="upcoming_b_end"),
-                "error": Signal(ErrorCode, name="upcoming_error"),
-                "bad": (Signal(name="upcoming_bad_form"), Signal(name="upcoming_bad_value")),
-                "many_tiles": Signal(name="upcoming_many_tiles"),
-            }
-            fill_decoded = [decoded[key].eq(predecoded[key])
-                            for key in ("a_end", "b_end", "error", "many_tiles")]
-            fill_decoded += [decoded["is_op"][code].eq(predecoded["is_op"][code])
-                             for code in Opcode]
-            fill_decoded += [mine.eq(new) for mine, new in zip(decoded["bad"],
-                                                                 predecoded["bad"])]
-            fill_upcoming = [upcoming.eq(following), following.eq(program.read_data),
-                             *fill_decoded]
+            # Its checks are kept one by one, and the error code and the flags made from
+            # them as it is loaded, so that no chain of multiplexers follows the range
+            # checks' carry chains within the cycle.
+            fill_upcoming = [upcoming.eq(following), following.eq(program.read_data)]
+
+            def kept(value, name):
+                register = Signal(len(value), name=f"upcoming_{name}")
+                fill_upcoming.append(register.eq(value))
+                return register
+
+            decoded = {key: kept(predecoded[key], key)
+                       for key in ("a_end", "b_end", "many_tiles", "no_opcode", "bad_field")}
+            decoded["is_op"] = {code: kept(predecoded["is_op"][code],
+                                           f"is_{code.name.lower()}") for code in Opcode}
+            decoded["checks"] = {
+                code: [(kept(fails, f"{code.name.lower()}_check{k}"), error)
+                       for k, (fails, error) in enumerate(code_checks)]
+                for code, code_checks in predecoded["checks"].items()}
+            decoded["error"], decoded["bad"] = self._judge(
+                decoded["is_op"], decoded["checks"], decoded["no_opcode"], decoded["bad_field"])
         else:
             decoded = self._static_decode(m, fetched)
         # The tiles after this cycle, when an instruction retires into the next one: the
         # retiring READ_WEIGHTS adds its count (``tiles_added``), a switching MATMUL
         # (``takes_tile``) of one row takes one. Both are kept from the load. (Checked
-        # instructions only, so a count of tiles is small.)
+        # instructions only, so a count of tiles is small.) With ``fast``, the count the
+        # tiles will have once the instruction under way is done is itself a register
+        # (``tiles_after``), made at the load: one adder before the checks, not three.
         tile_bits = len(tiles)
-        tiles_added = Signal(tile_bits)
-        takes_tile = Signal()
-        tiles_then = Mux(priming, tiles, tiles + tiles_added - (takes_tile & first_row))
         fetched_tiles = fetched.count[:tile_bits]
         fetched_takes_tile = (decoded["is_op"][Opcode.MATMUL] & fetched.flags[1] &
                               (fetched.count != 0))
+        fetched_tiles_added = Mux(decoded["is_op"][Opcode.READ_WEIGHTS], fetched_tiles, 0)
+        if fast:
+            tiles_after = Signal(tile_bits)
+            tiles_then = Mux(priming, tiles, tiles_after)
+            tile_updates = [tiles_after.eq(tiles_then + fetched_tiles_added -
+                                           fetched_takes_tile)]
+        else:
+            tiles_added = Signal(tile_bits)
+            takes_tile = Signal()
+            tiles_then = Mux(priming, tiles, tiles + tiles_added - (takes_tile & first_row))
+            tile_updates = [tiles_added.eq(fetched_tiles_added),
+                            takes_tile.eq(fetched_takes_tile)]
         overflows = decoded["is_op"][Opcode.READ_WEIGHTS] & (
             decoded["many_tiles"] | (tiles_then + fetched_tiles > cfg.weight_fifo_tiles + 1))
         finds_no_tile = fetched_takes_tile & (tiles_then == 0)
@@ -309,9 +333,7 @@ class Sequencer(wiring.Component):
                          static_bad_parts.eq(Cat(*decoded["bad"])),
                          weight_overflow.eq(overflows),
                          no_weights.eq(finds_no_tile),
-                         tiles_added.eq(Mux(decoded["is_op"][Opcode.READ_WEIGHTS],
-                                            fetched_tiles, 0)),
-                         takes_tile.eq(fetched_takes_tile),
+                         *tile_updates,
                          last_step.eq(fetched.count == 1),
                          a_in_low_half.eq(~above(fetched.a, half - 1)),
                          a_in_high_half.eq(above(decoded["a_end"], half))]
@@ -423,30 +445,72 @@ class Sequencer(wiring.Component):
                    Mux(handed_activate, Mux(self.activate_busy, merged[1], new_high), ub_high))
         next_rows_a = (fetched.a, decoded["a_end"])
         next_rows_b = (fetched.b, decoded["b_end"])
-        with m.If(load):
-            m.d.sync += [ov_dma_a.eq(overlaps(next_rows_a, *dma_next)),
-                         ov_dma_b.eq(overlaps(next_rows_b, *dma_next)),
-                         ov_ub_a.eq(overlaps(next_rows_a, *ub_next)),
-                         ov_acc_b.eq(overlaps(next_rows_b, *acc_next))]
+        dma_kind_handed = Mux(is_op[Opcode.READ_HOST], DMA_READ_HOST,
+                              Mux(from_acc, DMA_WRITE_ACC, DMA_WRITE_UB))
+        if fast:
+            # Each range the rows may meet is compared on its own and the flags are chosen
+            # after: no multiplexer before the comparators. The transfer's kind is folded
+            # in too (``dma_hazard``: the DMA engine's rows block the instruction while it
+            # is busy).
+            def overlaps_either(rows, handed, given, kept):
+                return Mux(handed, overlaps(rows, *given), overlaps(rows, *kept))
 
-        # Products are still going into accumulator rows ``a...``.
-        acc_rows_a_pending = ((self.acc_bank_busy[0] & a_in_low_half) |
-                              (self.acc_bank_busy[1] & a_in_high_half))
+            dma_handed_rows, dma_rows = (a, a_end), (self.dma_low, self.dma_high)
+            meets_dma_a = overlaps_either(next_rows_a, handed_dma, dma_handed_rows, dma_rows)
+            meets_dma_b = overlaps_either(next_rows_b, handed_dma, dma_handed_rows, dma_rows)
+            kind_next = Mux(handed_dma, dma_kind_handed, self.dma_kind)
+            start, end = (value[:row_bits] for value in next_rows_a)
+            below_new, below_old = new_low < end, ub_low < end
+            above_new, above_old = start < new_high, start < ub_high
+            meets_ub_a = Mux(handed_activate,
+                             Mux(self.activate_busy,
+                                 (below_new | below_old) & (above_new | above_old),
+                                 below_new & above_new),
+                             below_old & above_old)
+            dma_hazard = Signal()
+            with m.If(load):
+                m.d.sync += [
+                    dma_hazard.eq(Mux(decoded["is_op"][Opcode.MATMUL],
+                                      ((kind_next == DMA_READ_HOST) & meets_dma_a) |
+                                      ((kind_next == DMA_WRITE_ACC) & meets_dma_b),
+                                      ((kind_next == DMA_READ_HOST) |
+                                       (kind_next == DMA_WRITE_UB)) & meets_dma_b)),
+                    ov_ub_a.eq(meets_ub_a),
+                    ov_acc_b.eq(overlaps_either(next_rows_b, handed_activate, (a, a_end),
+                                                (self.issuer_acc_low, self.issuer_acc_high)))]
+            dma_blocks_matmul = dma_blocks_activate = self.dma_busy & dma_hazard
+            # The halves of the accumulator memory whose pending products the instruction
+            # waits for (an ACTIVATE's, or a WRITE_HOST's from the accumulators), from the
+            # load.
+            acc_rows_a_pending = (acc_watch & self.acc_bank_busy).any()
+        else:
+            with m.If(load):
+                m.d.sync += [ov_dma_a.eq(overlaps(next_rows_a, *dma_next)),
+                             ov_dma_b.eq(overlaps(next_rows_b, *dma_next)),
+                             ov_ub_a.eq(overlaps(next_rows_a, *ub_next)),
+                             ov_acc_b.eq(overlaps(next_rows_b, *acc_next))]
 
-        kind = self.dma_kind
-        dma_blocks_matmul = self.dma_busy & (((kind == DMA_READ_HOST) & ov_dma_a) |   # RAW, UB
-                                             ((kind == DMA_WRITE_ACC) & ov_dma_b))    # WAR, acc
+            # Products are still going into accumulator rows ``a...``.
+            acc_rows_a_pending = ((self.acc_bank_busy[0] & a_in_low_half) |
+                                  (self.acc_bank_busy[1] & a_in_high_half))
+
+            kind = self.dma_kind
+            dma_blocks_matmul = self.dma_busy & (((kind == DMA_READ_HOST) & ov_dma_a) |  # RAW
+                                                 ((kind == DMA_WRITE_ACC) & ov_dma_b))   # WAR
+            dma_blocks_activate = (self.dma_busy & ov_dma_b &                  # WAW/WAR, UB
+                                   ((kind == DMA_READ_HOST) | (kind == DMA_WRITE_UB)))
         # An activation under way still reads accumulator rows (until the issuer is done)
         # and writes UB rows (until the activation unit is empty).
         activation_blocks_matmul = ((self.activate_busy & ov_ub_a) |
                                     (self.issuer_busy & ov_acc_b))
-        dma_blocks_activate = (self.dma_busy & ov_dma_b &                           # WAW/WAR, UB
-                               ((kind == DMA_READ_HOST) | (kind == DMA_WRITE_UB)))
         # What each kind of instruction waits for, besides the handshake.
         matmul_free = ~activation_blocks_matmul & ~dma_blocks_matmul
         activate_free = ~acc_rows_a_pending & ~dma_blocks_activate
-        dma_free = ~self.activate_busy & ~(is_op[Opcode.WRITE_HOST] & from_acc &
-                                           acc_rows_a_pending)
+        if fast:
+            dma_free = ~self.activate_busy & ~acc_rows_a_pending
+        else:
+            dma_free = ~self.activate_busy & ~(is_op[Opcode.WRITE_HOST] & from_acc &
+                                               acc_rows_a_pending)
 
         # Every command's payload comes straight from the instruction (only ``valid`` waits
         # for the checks), so the hazard logic is not on the payloads' paths.
@@ -455,9 +519,7 @@ class Sequencer(wiring.Component):
             self.param_write.all_lanes.eq(lane == ALL_LANES),
             self.param_write.lane.eq(lane),
             self.param_write.value.eq(value),
-            self.dma_request.payload.kind.eq(
-                Mux(is_op[Opcode.READ_HOST], DMA_READ_HOST,
-                    Mux(from_acc, DMA_WRITE_ACC, DMA_WRITE_UB))),
+            self.dma_request.payload.kind.eq(dma_kind_handed),
             self.dma_request.payload.addr.eq(a),
             self.dma_request.payload.count.eq(n),
             self.weight_request.payload.tile.eq(a),
@@ -478,10 +540,12 @@ class Sequencer(wiring.Component):
         beyond_end = Signal()           # pc is past the instruction memory
         beyond_last = above(pc, cfg.program_depth - 2)
         # With ``fast``, registers made at the load, so that the handshakes and the
-        # retirement start from one flag each: the instruction has passed its checks and is
-        # inside the memory (``go_armed``), and has a nonzero count too (``moves_armed``),
-        # and is a MATMUL too (``matmul_armed``, which also gives the UB's read port).
-        go_armed, moves_armed, matmul_armed = Signal(), Signal(), Signal()
+        # retirement start from one flag each: ``armed[kind]`` says that the instruction
+        # has passed its checks, is inside the memory and is of that kind (``"matmul"``,
+        # one with rows, also gives the UB's read port).
+        armed = {kind: Signal(name=f"{kind}_armed")
+                 for kind in ("halt", "config", "sync", "quick", "dma", "weights", "matmul",
+                              "activate")} if fast else {}
 
         def retire():
             m.d.sync += [pc.eq(pc + 1), first_row.eq(1),
@@ -540,16 +604,20 @@ class Sequencer(wiring.Component):
 
             with m.State("Run"):
                 # ``is_op`` is one-hot, so each opcode has its own branch, guarded only by
-                # ``go`` (and a nonzero count where it matters): short paths to the
-                # handshakes.
-                go = Signal()
-                moves = Signal()         # go, for an instruction whose count is not 0
+                # one flag (``live``): short paths to the handshakes.
                 if fast:
-                    m.d.comb += [go.eq(~self.abort_run & go_armed),
-                                 moves.eq(~self.abort_run & moves_armed)]
+                    live = {role: ~self.abort_run & flag for role, flag in armed.items()}
                 else:
+                    go = Signal()
+                    moves = Signal()         # go, for an instruction whose count is not 0
                     m.d.comb += [go.eq(~self.abort_run & ~beyond_end & ~has_error),
                                  moves.eq(go & ~count_zero)]
+                    live = {"halt": go & is_op[Opcode.HALT],
+                            "config": go & is_op[Opcode.CONFIG],
+                            "dma": moves & dma_op,
+                            "weights": moves & is_op[Opcode.READ_WEIGHTS],
+                            "matmul": moves & is_op[Opcode.MATMUL],
+                            "activate": moves & is_op[Opcode.ACTIVATE]}
                 with m.If(self.abort_run):
                     m.d.comb += self.dma_cancel.eq(1)
                     stop(CoreState.IDLE)
@@ -559,11 +627,11 @@ class Sequencer(wiring.Component):
                 with m.Elif(has_error):
                     m.d.sync += [self.error.eq(error), self.error_pc.eq(pc)]
                     m.next = "Drain"
-                with m.If(go & is_op[Opcode.HALT]):
+                with m.If(live["halt"]):
                     with m.If(all_idle):
                         m.d.comb += retiring.eq(1)
                         stop(CoreState.HALTED)
-                with m.If(go & is_op[Opcode.CONFIG]):
+                with m.If(live["config"]):
                     with m.If(~self.activate_busy):
                         with m.Switch(param):
                             for p, lanes in config_lanes.items():
@@ -579,18 +647,16 @@ class Sequencer(wiring.Component):
                                 config_domain += config_zero_point.eq(1)
                             with m.Case(int(ConfigParam.RELU)):
                                 config_domain += config_relu.eq(1)
-                with m.If(moves & dma_op):
+                with m.If(live["dma"]):
                     # Handed to the host DMA engine, which moves the rows while the
                     # sequencer goes on; instructions that touch those rows wait for it.
                     with m.If(dma_free):
                         m.d.comb += self.dma_request.valid.eq(1)
-                with m.If(moves & is_op[Opcode.READ_WEIGHTS]):
+                with m.If(live["weights"]):
                     m.d.comb += self.weight_request.valid.eq(1)
                     with m.If(self.weight_request.ready):
                         m.d.sync += tiles.eq(tiles + n)
-                matmul_go = (~self.abort_run & matmul_armed if fast
-                             else moves & is_op[Opcode.MATMUL])
-                with m.If(matmul_go):
+                with m.If(live["matmul"]):
                     m.d.comb += self.matmul_pending.eq(1)
                     with m.If(matmul_free):
                         m.d.comb += self.matmul.valid.eq(1)
@@ -601,35 +667,39 @@ class Sequencer(wiring.Component):
                                 m.d.sync += tiles.eq(tiles - 1)
                             with m.If(~last_step):   # (retiring loads the next one's)
                                 m.d.sync += last_step.eq(rows_left == 2)
-                with m.If(moves & is_op[Opcode.ACTIVATE]):
+                with m.If(live["activate"]):
                     with m.If(activate_free):
                         m.d.comb += self.activate_request.valid.eq(1)
                 # Whether the instruction retires this cycle, as one flat expression of the
                 # checks above and the handshakes, so that the fetch it starts is not at
                 # the end of a chain of decisions.
-                counted = dma_op | is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] | \
-                    is_op[Opcode.ACTIVATE]
                 retire_now = Signal()
-                matmul_retires = matmul_free & self.matmul.ready & last_step
-                handed_over = [
-                    dma_op & dma_free & self.dma_request.ready,
-                    is_op[Opcode.READ_WEIGHTS] & self.weight_request.ready,
-                    is_op[Opcode.ACTIVATE] & activate_free & self.activate_request.ready]
-                if not fast:
-                    handed_over.insert(2, is_op[Opcode.MATMUL] & matmul_free &
-                                       self.matmul.ready & last_step)
-                done_now = (is_op[Opcode.NOP] |
-                            (is_op[Opcode.SYNC] & all_idle) |
-                            (count_zero & counted) |   # a zero count does nothing (CONFIG's
-                            #                            count is a lane)
-                            (is_op[Opcode.CONFIG] & ~self.activate_busy))
-                if fast:    # moves and matmul_go each imply go and a nonzero count
-                    retire_now_expr = ((go & done_now) |
-                                       (moves & functools.reduce(operator.or_, handed_over)) |
-                                       (matmul_go & matmul_retires))
+                if fast:
+                    # Each flag already says the instruction's kind and that it may go.
+                    handed_over = {
+                        "dma": dma_free & self.dma_request.ready,
+                        "weights": self.weight_request.ready,
+                        "matmul": matmul_free & self.matmul.ready & last_step,
+                        "activate": activate_free & self.activate_request.ready}
+                    retire_now_expr = ~self.abort_run & (
+                        armed["quick"] | (armed["sync"] & all_idle) |
+                        (armed["config"] & ~self.activate_busy) |
+                        any_of(armed[kind] & handed for kind, handed in handed_over.items()))
                 else:
+                    counted = dma_op | is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] | \
+                        is_op[Opcode.ACTIVATE]
+                    done_now = (is_op[Opcode.NOP] |
+                                (is_op[Opcode.SYNC] & all_idle) |
+                                (count_zero & counted) |   # a zero count does nothing
+                                #                            (CONFIG's count is a lane)
+                                (is_op[Opcode.CONFIG] & ~self.activate_busy))
+                    opcode_handed = [
+                        dma_op & dma_free & self.dma_request.ready,
+                        is_op[Opcode.READ_WEIGHTS] & self.weight_request.ready,
+                        is_op[Opcode.MATMUL] & matmul_free & self.matmul.ready & last_step,
+                        is_op[Opcode.ACTIVATE] & activate_free & self.activate_request.ready]
                     retire_now_expr = go & (
-                        done_now | (~count_zero & functools.reduce(operator.or_, handed_over)))
+                        done_now | (~count_zero & functools.reduce(operator.or_, opcode_handed)))
                 m.d.comb += retire_now.eq(retire_now_expr)
                 with m.If(retire_now):
                     retire()
@@ -639,8 +709,25 @@ class Sequencer(wiring.Component):
                          rows_left.eq(fetched.count)]
             if fast:
                 clear = ~fails & ~Mux(priming, beyond_end, beyond_last)
-                m.d.sync += [go_armed.eq(clear),
-                             moves_armed.eq(clear & (fetched.count != 0)),
-                             matmul_armed.eq(clear & (fetched.count != 0) &
-                                             decoded["is_op"][Opcode.MATMUL])]
+                moving = clear & (fetched.count != 0)
+                is_next = decoded["is_op"]
+                rows_op = (is_next[Opcode.READ_HOST] | is_next[Opcode.WRITE_HOST] |
+                           is_next[Opcode.READ_WEIGHTS] | is_next[Opcode.MATMUL] |
+                           is_next[Opcode.ACTIVATE])
+                m.d.sync += [
+                    armed["halt"].eq(clear & is_next[Opcode.HALT]),
+                    armed["config"].eq(clear & is_next[Opcode.CONFIG]),
+                    armed["sync"].eq(clear & is_next[Opcode.SYNC]),
+                    # a NOP, or a count of 0 rows (CONFIG's count is a lane): done at once
+                    armed["quick"].eq(clear & (is_next[Opcode.NOP] |
+                                               ((fetched.count == 0) & rows_op))),
+                    armed["dma"].eq(moving & (is_next[Opcode.READ_HOST] |
+                                              is_next[Opcode.WRITE_HOST])),
+                    armed["weights"].eq(moving & is_next[Opcode.READ_WEIGHTS]),
+                    armed["matmul"].eq(moving & is_next[Opcode.MATMUL]),
+                    armed["activate"].eq(moving & is_next[Opcode.ACTIVATE]),
+                    acc_watch.eq(Cat(~above(fetched.a, half - 1),
+                                     above(decoded["a_end"], half)) &
+                                 (is_next[Opcode.ACTIVATE] |
+                                  (is_next[Opcode.WRITE_HOST] & fetched.flags[0])).replicate(2))]
         return m
