@@ -1,6 +1,6 @@
 """A small first-in first-out queue whose entries stay where they were written."""
 
-from amaranth.hdl import Array, Module, Signal
+from amaranth.hdl import Array, Cat, Module, Signal
 from amaranth.lib import wiring
 
 from .arith import wrapped_increment
@@ -18,7 +18,10 @@ class RingQueue(wiring.Component):
     and the head is chosen from the entries by it (a multiplexer on ``r_data``). So
     ``r_en`` drives two pointers and the level, not the enables of every entry as in a
     :class:`~tpuer.hw.shift_queue.ShiftQueue`: for wide words whose reader decides late in
-    the cycle, at fast clocks. A write while full is ignored.
+    the cycle, at fast clocks. A write while full is ignored. The entry at the write
+    pointer takes ``w_data`` in every cycle the queue is not full, written or not (it holds
+    nothing yet), so that its enable is one register of its own (``open_slot``) and not a
+    decision of the cycle.
 
     Latency: a word written in cycle ``t`` can be read from cycle ``t + 1``; reading and
     writing in the same cycle is allowed, full or not (a write when full waits for
@@ -39,10 +42,19 @@ class RingQueue(wiring.Component):
         write = self.w_en & self.w_rdy
         m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
                      self.r_data.eq(entries[read_at])]
-        m.d.sync += self.level.eq(self.level + write - read)
+        level_next = self.level + write - read
+        write_at_next = Signal.like(write_at)
+        m.d.comb += write_at_next.eq(write_at)
         with m.If(write):
-            m.d.sync += [entries[write_at].eq(self.w_data),
-                         write_at.eq(wrapped_increment(write_at, self.depth))]
+            m.d.comb += write_at_next.eq(wrapped_increment(write_at, self.depth))
+        m.d.sync += [self.level.eq(level_next), write_at.eq(write_at_next)]
+        # open_slot[k]: entry k is at the write pointer and the queue is not full.
+        open_slot = Signal(self.depth, init=1)
+        m.d.sync += open_slot.eq(Cat((write_at_next == k) & (level_next != self.depth)
+                                     for k in range(self.depth)))
+        for k in range(self.depth):
+            with m.If(open_slot[k]):
+                m.d.sync += entries[k].eq(self.w_data)
         with m.If(read):
             m.d.sync += read_at.eq(wrapped_increment(read_at, self.depth))
         return m

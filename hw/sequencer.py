@@ -225,7 +225,7 @@ class Sequencer(wiring.Component):
         # command's payload and none before ``last_step``. The instruction's load sets
         # them (at the end of this description, so that it comes after the last row's
         # count).
-        ub_row, acc_row, rows_left = Signal(16), Signal(16), Signal(16)
+        ub_row, acc_row, rows_left = Signal(16), Signal(16), Signal(16, name="rows_left")
         first_row = Signal()            # no row of the instruction is done yet
         tiles = Signal(range(cfg.weight_fifo_tiles + 2))   # read but not yet switched in
 
@@ -393,11 +393,11 @@ class Sequencer(wiring.Component):
         config_bits = (*config_lanes.values(), config_zero_point, config_relu)
         if fast:
             config_value = Signal.like(value, name="config_value")
-            config_domain = m.d.sync
+            config_domain = "sync"
             m.d.sync += [config_value.eq(value), *(bits.eq(0) for bits in config_bits)]
         else:
             config_value = value
-            config_domain = m.d.comb
+            config_domain = "comb"
         for p, target in ((ConfigParam.BIAS, params.bias),
                           (ConfigParam.MULTIPLIER, params.multiplier),
                           (ConfigParam.SHIFT, params.shift)):
@@ -534,8 +534,12 @@ class Sequencer(wiring.Component):
         ]
 
         # The memory's output is the instruction ``ahead`` after ``instr``: reading
-        # ``pc + ahead + 1`` when ``instr`` moves on keeps it so.
-        m.d.comb += [program.read_addr.eq(pc + ahead + 1), program.read_en.eq(0)]
+        # ``pc + ahead + 1`` when ``instr`` moves on keeps it so. With ``fast`` that
+        # address is a register of its own (``fetch_addr``), counted up with every read of
+        # a run: no adder and no multiplexer of the fill states on the memory's address.
+        fetch_addr = Signal(17)
+        m.d.comb += [program.read_addr.eq(fetch_addr if fast else pc + ahead + 1),
+                     program.read_en.eq(0)]
 
         beyond_end = Signal()           # pc is past the instruction memory
         beyond_last = above(pc, cfg.program_depth - 2)
@@ -551,10 +555,92 @@ class Sequencer(wiring.Component):
             m.d.sync += [pc.eq(pc + 1), first_row.eq(1),
                          beyond_end.eq(beyond_last)]
             m.d.comb += [program.read_en.eq(1), load.eq(1), retiring.eq(1)]
+            if fast:
+                m.d.sync += fetch_addr.eq(fetch_addr + 1)
 
         def stop(state):
-            m.d.sync += self.state.eq(state)
+            m.d.sync += [self.state.eq(state), *(flag.eq(0) for flag in armed.values())]
             m.next = "Idle"
+
+        # With ``fast``, each armed flag with no abort under way.
+        live = {kind: ~self.abort_run & flag for kind, flag in armed.items()}
+
+        def issue(live):
+            """The handshakes, CONFIG's writes and the retirement of the instruction under
+            way. ``is_op`` is one-hot, so each opcode has its own branch, guarded only by one
+            flag (``live``): short paths to the handshakes."""
+            with m.If(live["config"]):
+                with m.If(~self.activate_busy):
+                    with m.Switch(param):
+                        for p, lanes in config_lanes.items():
+                            with m.Case(int(p)):
+                                if cfg.activation_steps and p != ConfigParam.SHIFT:
+                                    # The lane-serial unit keeps these itself.
+                                    m.d.comb += self.param_write.en.eq(1)
+                                    continue
+                                m.d[config_domain] += lanes.eq(Cat(
+                                    (lane == ALL_LANES) | (lane == index)
+                                    for index in range(cfg.cols)))
+                        with m.Case(int(ConfigParam.ZERO_POINT)):
+                            m.d[config_domain] += config_zero_point.eq(1)
+                        with m.Case(int(ConfigParam.RELU)):
+                            m.d[config_domain] += config_relu.eq(1)
+            with m.If(live["dma"]):
+                # Handed to the host DMA engine, which moves the rows while the
+                # sequencer goes on; instructions that touch those rows wait for it.
+                with m.If(dma_free):
+                    m.d.comb += self.dma_request.valid.eq(1)
+            with m.If(live["weights"]):
+                m.d.comb += self.weight_request.valid.eq(1)
+                with m.If(self.weight_request.ready):
+                    m.d.sync += tiles.eq(tiles + n)
+            with m.If(live["matmul"]):
+                m.d.comb += self.matmul_pending.eq(1)
+                with m.If(matmul_free):
+                    m.d.comb += self.matmul.valid.eq(1)
+                    with m.If(self.matmul.ready):
+                        m.d.sync += [ub_row.eq(ub_row + 1), acc_row.eq(acc_row + 1),
+                                     rows_left.eq(rows_left - 1), first_row.eq(0)]
+                        with m.If(switch & first_row):
+                            m.d.sync += tiles.eq(tiles - 1)
+                        with m.If(~last_step):   # (retiring loads the next one's)
+                            m.d.sync += last_step.eq(rows_left == 2)
+            with m.If(live["activate"]):
+                with m.If(activate_free):
+                    m.d.comb += self.activate_request.valid.eq(1)
+            # Whether the instruction retires this cycle, as one flat expression of the
+            # checks above and the handshakes, so that the fetch it starts is not at
+            # the end of a chain of decisions.
+            retire_now = Signal()
+            if fast:
+                # Each flag already says the instruction's kind and that it may go.
+                handed_over = {
+                    "dma": dma_free & self.dma_request.ready,
+                    "weights": self.weight_request.ready,
+                    "matmul": matmul_free & self.matmul.ready & last_step,
+                    "activate": activate_free & self.activate_request.ready}
+                retire_now_expr = ~self.abort_run & (
+                    armed["quick"] | (armed["sync"] & all_idle) |
+                    (armed["config"] & ~self.activate_busy) |
+                    any_of(armed[kind] & handed for kind, handed in handed_over.items()))
+            else:
+                counted = dma_op | is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] | \
+                    is_op[Opcode.ACTIVATE]
+                done_now = (is_op[Opcode.NOP] |
+                            (is_op[Opcode.SYNC] & all_idle) |
+                            (count_zero & counted) |   # a zero count does nothing
+                            #                            (CONFIG's count is a lane)
+                            (is_op[Opcode.CONFIG] & ~self.activate_busy))
+                opcode_handed = [
+                    dma_op & dma_free & self.dma_request.ready,
+                    is_op[Opcode.READ_WEIGHTS] & self.weight_request.ready,
+                    is_op[Opcode.MATMUL] & matmul_free & self.matmul.ready & last_step,
+                    is_op[Opcode.ACTIVATE] & activate_free & self.activate_request.ready]
+                retire_now_expr = go & (
+                    done_now | (~count_zero & functools.reduce(operator.or_, opcode_handed)))
+            m.d.comb += retire_now.eq(retire_now_expr)
+            with m.If(retire_now):
+                retire()
 
         with m.FSM(name="sequencer"):
             with m.State("Idle"):
@@ -565,6 +651,8 @@ class Sequencer(wiring.Component):
                                  self.error.eq(ErrorCode.NONE), self.error_pc.eq(0),
                                  *(register.eq(0) for register in counter_registers)]
                     m.d.comb += [program.read_addr.eq(self.start_pc), program.read_en.eq(1)]
+                    if fast:
+                        m.d.sync += fetch_addr.eq(self.start_pc + 1)
                     m.next = "Fill"
 
             # :func:`fetch_fill_cycles` cycles fill the fetch stage. With ``fast``: the first
@@ -578,7 +666,10 @@ class Sequencer(wiring.Component):
             for k, state in enumerate(fill_states):
                 with m.State(state):
                     offset = ahead - (len(fill_states) - 1) + k
-                    if offset:
+                    if fast:        # fetch_addr is pc + offset
+                        m.d.comb += program.read_en.eq(1)
+                        m.d.sync += fetch_addr.eq(fetch_addr + 1)
+                    elif offset:
                         m.d.comb += [program.read_addr.eq(pc + offset), program.read_en.eq(1)]
                     if state == "Fill":
                         if fast:
@@ -603,11 +694,7 @@ class Sequencer(wiring.Component):
                     stop(CoreState.ERROR)
 
             with m.State("Run"):
-                # ``is_op`` is one-hot, so each opcode has its own branch, guarded only by
-                # one flag (``live``): short paths to the handshakes.
-                if fast:
-                    live = {role: ~self.abort_run & flag for role, flag in armed.items()}
-                else:
+                if not fast:
                     go = Signal()
                     moves = Signal()         # go, for an instruction whose count is not 0
                     m.d.comb += [go.eq(~self.abort_run & ~beyond_end & ~has_error),
@@ -631,84 +718,19 @@ class Sequencer(wiring.Component):
                     with m.If(all_idle):
                         m.d.comb += retiring.eq(1)
                         stop(CoreState.HALTED)
-                with m.If(live["config"]):
-                    with m.If(~self.activate_busy):
-                        with m.Switch(param):
-                            for p, lanes in config_lanes.items():
-                                with m.Case(int(p)):
-                                    if cfg.activation_steps and p != ConfigParam.SHIFT:
-                                        # The lane-serial unit keeps these itself.
-                                        m.d.comb += self.param_write.en.eq(1)
-                                        continue
-                                    config_domain += lanes.eq(Cat(
-                                        (lane == ALL_LANES) | (lane == index)
-                                        for index in range(cfg.cols)))
-                            with m.Case(int(ConfigParam.ZERO_POINT)):
-                                config_domain += config_zero_point.eq(1)
-                            with m.Case(int(ConfigParam.RELU)):
-                                config_domain += config_relu.eq(1)
-                with m.If(live["dma"]):
-                    # Handed to the host DMA engine, which moves the rows while the
-                    # sequencer goes on; instructions that touch those rows wait for it.
-                    with m.If(dma_free):
-                        m.d.comb += self.dma_request.valid.eq(1)
-                with m.If(live["weights"]):
-                    m.d.comb += self.weight_request.valid.eq(1)
-                    with m.If(self.weight_request.ready):
-                        m.d.sync += tiles.eq(tiles + n)
-                with m.If(live["matmul"]):
-                    m.d.comb += self.matmul_pending.eq(1)
-                    with m.If(matmul_free):
-                        m.d.comb += self.matmul.valid.eq(1)
-                        with m.If(self.matmul.ready):
-                            m.d.sync += [ub_row.eq(ub_row + 1), acc_row.eq(acc_row + 1),
-                                         rows_left.eq(rows_left - 1), first_row.eq(0)]
-                            with m.If(switch & first_row):
-                                m.d.sync += tiles.eq(tiles - 1)
-                            with m.If(~last_step):   # (retiring loads the next one's)
-                                m.d.sync += last_step.eq(rows_left == 2)
-                with m.If(live["activate"]):
-                    with m.If(activate_free):
-                        m.d.comb += self.activate_request.valid.eq(1)
-                # Whether the instruction retires this cycle, as one flat expression of the
-                # checks above and the handshakes, so that the fetch it starts is not at
-                # the end of a chain of decisions.
-                retire_now = Signal()
-                if fast:
-                    # Each flag already says the instruction's kind and that it may go.
-                    handed_over = {
-                        "dma": dma_free & self.dma_request.ready,
-                        "weights": self.weight_request.ready,
-                        "matmul": matmul_free & self.matmul.ready & last_step,
-                        "activate": activate_free & self.activate_request.ready}
-                    retire_now_expr = ~self.abort_run & (
-                        armed["quick"] | (armed["sync"] & all_idle) |
-                        (armed["config"] & ~self.activate_busy) |
-                        any_of(armed[kind] & handed for kind, handed in handed_over.items()))
-                else:
-                    counted = dma_op | is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] | \
-                        is_op[Opcode.ACTIVATE]
-                    done_now = (is_op[Opcode.NOP] |
-                                (is_op[Opcode.SYNC] & all_idle) |
-                                (count_zero & counted) |   # a zero count does nothing
-                                #                            (CONFIG's count is a lane)
-                                (is_op[Opcode.CONFIG] & ~self.activate_busy))
-                    opcode_handed = [
-                        dma_op & dma_free & self.dma_request.ready,
-                        is_op[Opcode.READ_WEIGHTS] & self.weight_request.ready,
-                        is_op[Opcode.MATMUL] & matmul_free & self.matmul.ready & last_step,
-                        is_op[Opcode.ACTIVATE] & activate_free & self.activate_request.ready]
-                    retire_now_expr = go & (
-                        done_now | (~count_zero & functools.reduce(operator.or_, opcode_handed)))
-                m.d.comb += retire_now.eq(retire_now_expr)
-                with m.If(retire_now):
-                    retire()
+                if not fast:
+                    issue(live)
+        if fast:
+            # The armed flags are clear in every state but Run (made so at the load, and
+            # cleared as the core stops), so the issue needs no state decoder in front.
+            issue(live)
 
         with m.If(load):
             m.d.sync += [ub_row.eq(fetched.a), acc_row.eq(fetched.b),
                          rows_left.eq(fetched.count)]
             if fast:
-                clear = ~fails & ~Mux(priming, beyond_end, beyond_last)
+                # (An abort as the first instruction is loaded stops the core: none armed.)
+                clear = ~fails & ~Mux(priming, beyond_end, beyond_last) & ~self.abort_run
                 moving = clear & (fetched.count != 0)
                 is_next = decoded["is_op"]
                 rows_op = (is_next[Opcode.READ_HOST] | is_next[Opcode.WRITE_HOST] |
