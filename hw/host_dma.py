@@ -106,8 +106,18 @@ class HostDMA(wiring.Component):
         m.d.comb += [self.host_read.payload.acc.eq(self.kind == DMA_WRITE_ACC),
                      self.host_read.payload.addr.eq(next_row),
                      self.host_out.payload.eq(self.host_data.payload)]
+        # Rows left to read: with ``cfg.control_registers`` a register of its own, so that
+        # no comparator sits before the read request and the memory's enable.
+        if cfg.control_registers:
+            reads_left = Signal()
+            with m.If(self.request.valid & self.request.ready):
+                m.d.sync += reads_left.eq(self.request.payload.count != 0)
+            with m.Elif(issued_now):
+                m.d.sync += reads_left.eq(next_row + 1 != high)
+        else:
+            reads_left = next_row != high
         with m.If(self.busy & (self.kind != DMA_READ_HOST)):
-            with m.If(next_row != high):
+            with m.If(reads_left):
                 m.d.comb += self.host_read.valid.eq(1)
                 with m.If(self.host_read.ready):
                     m.d.comb += issued_now.eq(1)
