@@ -169,8 +169,10 @@ class Datapath(wiring.Component):
                                          "new_tile": 1, "tag": tag})
         # With slower reads (fast clocks), the hold-back check below is made a cycle ahead.
         ahead = cfg.memory_read_latency > 1
-        m.submodules.feed = feed = ShiftQueue(width=feed_layout.size, depth=slots,
-                                              lookahead=ahead)
+        # (A ring then, so that the matrix unit's late ``ready`` moves a pointer and does not
+        # enable every entry.)
+        m.submodules.feed = feed = (RingQueue if ahead else ShiftQueue)(
+            width=feed_layout.size, depth=slots, lookahead=ahead)
         reading = Signal()                      # a matmul read was issued last cycle
         reading_cmd = Signal(self.matmul_layout)
         reads = _delayed(m, cfg, reading, reading_cmd, "reading")

@@ -1,7 +1,8 @@
 """A small first-in first-out queue whose entries stay where they were written."""
 
-from amaranth.hdl import Array, Cat, Module, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
+from amaranth.lib.wiring import Out
 
 from .arith import wrapped_increment
 from .shift_queue import queue_members
@@ -12,7 +13,8 @@ __all__ = ["RingQueue"]
 class RingQueue(wiring.Component):
     """``depth`` entries of ``width`` bits in a ring, with the members of a
     :class:`~tpuer.hw.shift_queue.ShiftQueue` (``w_data``, ``w_en``, ``w_rdy``, ``r_data``,
-    ``r_en``, ``r_rdy``, ``level``).
+    ``r_en``, ``r_rdy``, ``level``, and with ``lookahead`` ``next_if_read`` and
+    ``next_if_kept``, which mean what they mean there; ``r_rdy`` is then a register).
 
     A write goes into the entry at the write pointer; a read moves the read pointer only,
     and the head is chosen from the entries by it (a multiplexer on ``r_data``). So
@@ -28,9 +30,12 @@ class RingQueue(wiring.Component):
     ``w_rdy``, which does not count a read in the same cycle).
     """
 
-    def __init__(self, *, width, depth):
-        self.width, self.depth = width, depth
-        super().__init__(queue_members(width, depth))
+    def __init__(self, *, width, depth, lookahead=False):
+        self.width, self.depth, self._lookahead = width, depth, lookahead
+        members = queue_members(width, depth)
+        if lookahead:
+            members |= {"next_if_read": Out(width), "next_if_kept": Out(width)}
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -40,7 +45,7 @@ class RingQueue(wiring.Component):
         read_at = Signal(range(self.depth))
         read = self.r_en & self.r_rdy
         write = self.w_en & self.w_rdy
-        m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
+        m.d.comb += [self.w_rdy.eq(self.level != self.depth),
                      self.r_data.eq(entries[read_at])]
         level_next = self.level + write - read
         write_at_next = Signal.like(write_at)
@@ -55,6 +60,21 @@ class RingQueue(wiring.Component):
         for k in range(self.depth):
             with m.If(open_slot[k]):
                 m.d.sync += entries[k].eq(self.w_data)
-        with m.If(read):
-            m.d.sync += read_at.eq(wrapped_increment(read_at, self.depth))
+        if self._lookahead:
+            nonempty = Signal()
+            m.d.sync += nonempty.eq(level_next != 0)
+            m.d.comb += self.r_rdy.eq(nonempty)
+            # The entry after the head, a pointer of its own.
+            after_head = Signal(range(self.depth), init=1 % self.depth)
+            with m.If(read):
+                m.d.sync += [read_at.eq(after_head),
+                             after_head.eq(wrapped_increment(after_head, self.depth))]
+            m.d.comb += [
+                self.next_if_read.eq(Mux(self.level > 1, entries[after_head], self.w_data)),
+                self.next_if_kept.eq(Mux(self.level > 0, entries[read_at], self.w_data)),
+            ]
+        else:
+            m.d.comb += self.r_rdy.eq(self.level != 0)
+            with m.If(read):
+                m.d.sync += read_at.eq(wrapped_increment(read_at, self.depth))
         return m
