@@ -2,7 +2,6 @@
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
-from amaranth.lib.wiring import Out
 
 from .arith import wrapped_increment
 from .shift_queue import queue_members
@@ -32,10 +31,7 @@ class RingQueue(wiring.Component):
 
     def __init__(self, *, width, depth, lookahead=False):
         self.width, self.depth, self._lookahead = width, depth, lookahead
-        members = queue_members(width, depth)
-        if lookahead:
-            members |= {"next_if_read": Out(width), "next_if_kept": Out(width)}
-        super().__init__(members)
+        super().__init__(queue_members(width, depth, lookahead))
 
     def elaborate(self, platform):
         m = Module()

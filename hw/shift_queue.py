@@ -7,17 +7,21 @@ from amaranth.lib.wiring import In, Out
 __all__ = ["ShiftQueue", "queue_members"]
 
 
-def queue_members(width, depth):
+def queue_members(width, depth, lookahead=False):
     """The members of a small queue of ``depth`` entries of ``width`` bits, those of an
-    :class:`amaranth.lib.fifo.SyncFIFO`; refuses a ``depth`` that is not a positive
+    :class:`amaranth.lib.fifo.SyncFIFO` (and with ``lookahead`` ``next_if_read`` and
+    ``next_if_kept``, see :class:`ShiftQueue`); refuses a ``depth`` that is not a positive
     integer."""
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth must be a positive integer, not {depth!r}")
-    return {
+    members = {
         "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
         "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
         "level": Out(range(depth + 1)),
     }
+    if lookahead:
+        members |= {"next_if_read": Out(width), "next_if_kept": Out(width)}
+    return members
 
 
 class ShiftQueue(wiring.Component):
@@ -45,10 +49,7 @@ class ShiftQueue(wiring.Component):
 
     def __init__(self, *, width, depth, lookahead=False):
         self.width, self.depth, self._lookahead = width, depth, lookahead
-        members = queue_members(width, depth)
-        if lookahead:
-            members |= {"next_if_read": Out(width), "next_if_kept": Out(width)}
-        super().__init__(members)
+        super().__init__(queue_members(width, depth, lookahead))
 
     def elaborate(self, platform):
         m = Module()
