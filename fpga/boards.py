@@ -88,8 +88,8 @@ _ECP5_MEASURED_CLOCK_MHZ = {"85F": 90.0, "12F": 70.0}
 #: on a clock network (``global_reset``); its placer weighs timing at 60 (an earlier
 #: netlist, built for 90 MHz with seed 1, routed to 79.7 MHz with nextpnr's default of 10,
 #: 83.5 with 30 and 91.9 with 60). With its latest RTL, built for 90 MHz, seed 2 reached
-#: 98.1 MHz and seed 1 71.2 (placed for 88.4: the router's detours); built for 100, seed 1
-#: 68.4 and seed 2 85.4.
+#: 98.1 MHz and seed 1 71.2 (placed for 88.4: the router's detours); built for 95, seed 2
+#: 91.6; built for 100, seeds 1-3 68.4, 85.4 and 83.8.
 _ECP5_PLACEMENT = {"85F": {"router": "router2", "global_reset": True, "seed": 2,
                            "timing_weight": 60},
                    "12F": {"seed": 3}}
