@@ -19,8 +19,9 @@ class Board:
     is the clock the TPU runs at (made by the PLL from the board's oscillator), ``config``
     the TPU that fits it, ``programmer`` the tool that flashes it. ``seed`` is nextpnr's
     placement seed (``None``: nextpnr's default) and ``router`` its router (``None``: its
-    default, router1), ``timing_weight`` the weight its placer gives timing (``None``: its
-    default, 10); the tools are deterministic, so these and the tool versions of
+    default, router1), ``placer`` its placer (``None``: its default, heap),
+    ``timing_weight`` the weight the heap placer gives timing (``None``: its default, 10);
+    the tools are deterministic, so these and the tool versions of
     ``pyproject.toml`` fix the result of a build. ``global_reset`` (ECP5) puts
     the design's reset on a primary clock network (see
     :func:`~tpuer.fpga.pll.add_pll_domain`)."""
@@ -37,6 +38,7 @@ class Board:
     uart_note: str = ""
     seed: int | None = None
     router: str | None = None
+    placer: str | None = None
     timing_weight: int | None = None
     global_reset: bool = False
     extra: dict = field(default_factory=dict)

