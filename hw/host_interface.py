@@ -79,6 +79,9 @@ class HostInterface(wiring.Component):
             return [bits[8 * k:8 * k + 8] for k in range(lanes)]
 
         m.d.sync += [self.start.eq(0), self.abort_run.eq(0)]
+        if fast:
+            m.d.sync += [self.program_write_en.eq(0), self.program_write_addr.eq(addr),
+                         self.program_write_data.eq(Cat(low, word))]
         with m.FSM(name="parser"):
             with m.State("Header"):
                 m.d.comb += self.cmd.ready.eq(~status_request & ~bad_request)
@@ -173,10 +176,19 @@ class HostInterface(wiring.Component):
             with m.State("ProgramHigh"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(took):
-                    m.d.comb += [self.program_write_addr.eq(addr),
-                                 self.program_write_data.eq(Cat(low, word)),
-                                 self.program_write_en.eq(~above(addr, cfg.program_depth - 1) &
-                                                          ~program_refused)]
+                    if fast:
+                        # Into the program memory a cycle later, from registers, its address
+                        # and data not gated by the state: the memory's pins are far from
+                        # the parser. (A START takes two words more, so the program is
+                        # complete before it can run.)
+                        m.d.sync += self.program_write_en.eq(
+                            ~above(addr, cfg.program_depth - 1) & ~program_refused)
+                    else:
+                        m.d.comb += [self.program_write_addr.eq(addr),
+                                     self.program_write_data.eq(Cat(low, word)),
+                                     self.program_write_en.eq(
+                                         ~above(addr, cfg.program_depth - 1) &
+                                         ~program_refused)]
                     m.d.sync += [addr.eq(addr + 1), count.eq(count - 1)]
                     _goto(m, count == 1, "Header", "ProgramLow")
 
@@ -262,17 +274,39 @@ class HostInterface(wiring.Component):
             m.d.sync += [copy.eq(value) for copy, value in zip(status_words, status_now)]
             m.d.sync += row.eq(self.host_out.payload)
         status_word, row_word = Signal(32), Signal(32)
-        with m.Switch(word):
-            for index in range(max(STATUS_WORDS, lanes)):
-                with m.Case(index):
-                    if index < STATUS_WORDS:
-                        m.d.comb += status_word.eq(status_words[index])
-                    if index < lanes:
-                        m.d.comb += row_word.eq(row[index].as_signed())
+        if fast:
+            # The reply register takes the word due through an AND-OR of one-hot picks,
+            # a bit per header and word (``pick``, moved on as each word is sent), not
+            # through a multiplexer decoded from the state and the word count.
+            slots = {("Status", None): header(Reply.STATUS, STATUS_WORDS),
+                     **{("Status", i): value for i, value in enumerate(status_words)},
+                     ("Row", None): header(Reply.ROW, lanes),
+                     **{("Row", i): row[i].as_signed() for i in range(lanes)}}
+            pick = Signal(len(slots))
+            picked = []
+            for k, ((state, index), value) in enumerate(slots.items()):
+                part = Signal(32, name=f"reply_{state.lower()}_"
+                                       f"{'header' if index is None else index}")
+                m.d.comb += part.eq(Mux(pick[k], value, 0))
+                picked.append(part)
+            m.d.sync += reply.eq(Cat(*(Cat(*bits).any() for bits in zip(*picked))))
+
+            def pick_header(state):
+                return pick.eq(1 << list(slots).index((state, None)))
+        else:
+            with m.Switch(word):
+                for index in range(max(STATUS_WORDS, lanes)):
+                    with m.Case(index):
+                        if index < STATUS_WORDS:
+                            m.d.comb += status_word.eq(status_words[index])
+                        if index < lanes:
+                            m.d.comb += row_word.eq(row[index].as_signed())
         with m.FSM(name="replies"):
             with m.State("Idle"):
                 m.d.sync += [word.eq(0), header_sent.eq(0), last_word.eq(0), settled.eq(0)]
                 with m.If(status_request):
+                    if fast:
+                        m.d.sync += pick_header("Status")
                     m.next = "Status"
                 with m.Elif(bad_request):
                     m.d.comb += [self.rsp.valid.eq(1),
@@ -280,17 +314,22 @@ class HostInterface(wiring.Component):
                     with m.If(self.rsp.ready):
                         m.d.sync += bad_request.eq(0)
                 with m.Elif(self.host_out.valid):
+                    if fast:
+                        m.d.sync += pick_header("Row")
                     m.next = "Row"
             for state, kind, words, value in (("Status", Reply.STATUS, STATUS_WORDS, status_word),
                                               ("Row", Reply.ROW, lanes, row_word)):
                 with m.State(state):
-                    due = Mux(header_sent, value, header(kind, words))
                     if fast:
                         sent = settled & self.rsp.ready
                         m.d.comb += [self.rsp.valid.eq(settled), self.rsp.payload.eq(reply)]
-                        m.d.sync += [reply.eq(due), settled.eq(~sent)]
+                        m.d.sync += settled.eq(~sent)
+                        with m.If(sent):
+                            # The header's slot is followed by its words' (``slots``).
+                            m.d.sync += pick.eq(pick << 1)
                     else:
                         sent = self.rsp.ready
+                        due = Mux(header_sent, value, header(kind, words))
                         m.d.comb += [self.rsp.valid.eq(1), self.rsp.payload.eq(due)]
                     with m.If(sent):
                         m.d.sync += [header_sent.eq(1),

@@ -455,10 +455,23 @@ class Sequencer(wiring.Component):
             def overlaps_either(rows, handed, given, kept):
                 return Mux(handed, overlaps(rows, *given), overlaps(rows, *kept))
 
-            dma_handed_rows, dma_rows = (a, a_end), (self.dma_low, self.dma_high)
-            meets_dma_a = overlaps_either(next_rows_a, handed_dma, dma_handed_rows, dma_rows)
-            meets_dma_b = overlaps_either(next_rows_b, handed_dma, dma_handed_rows, dma_rows)
-            kind_next = Mux(handed_dma, dma_kind_handed, self.dma_kind)
+            # The DMA hazard is one AND-OR: a term per row range (a, b) and per transfer
+            # (the one handed over now, or the one kept), each a comparison gated by a
+            # flag made from registers beside it.
+            next_is_matmul = decoded["is_op"][Opcode.MATMUL]
+            dma_terms = []
+            for chosen, kind, rows in ((handed_dma, dma_kind_handed, (a, a_end)),
+                                       (~handed_dma, self.dma_kind,
+                                        (self.dma_low, self.dma_high))):
+                reads_host = kind == DMA_READ_HOST
+                # A MATMUL reads UB rows a that the transfer writes (RAW), or writes
+                # accumulator rows b that it reads (WAR); an ACTIVATE writes UB rows b that
+                # the transfer writes or reads.
+                hazard_a = chosen & next_is_matmul & reads_host
+                hazard_b = chosen & Mux(next_is_matmul, kind == DMA_WRITE_ACC,
+                                        reads_host | (kind == DMA_WRITE_UB))
+                dma_terms += [hazard_a & overlaps(next_rows_a, *rows),
+                              hazard_b & overlaps(next_rows_b, *rows)]
             start, end = (value[:row_bits] for value in next_rows_a)
             below_new, below_old = new_low < end, ub_low < end
             above_new, above_old = start < new_high, start < ub_high
@@ -470,11 +483,7 @@ class Sequencer(wiring.Component):
             dma_hazard = Signal()
             with m.If(load):
                 m.d.sync += [
-                    dma_hazard.eq(Mux(decoded["is_op"][Opcode.MATMUL],
-                                      ((kind_next == DMA_READ_HOST) & meets_dma_a) |
-                                      ((kind_next == DMA_WRITE_ACC) & meets_dma_b),
-                                      ((kind_next == DMA_READ_HOST) |
-                                       (kind_next == DMA_WRITE_UB)) & meets_dma_b)),
+                    dma_hazard.eq(Cat(*dma_terms).any()),
                     ov_ub_a.eq(meets_ub_a),
                     ov_acc_b.eq(overlaps_either(next_rows_b, handed_activate, (a, a_end),
                                                 (self.issuer_acc_low, self.issuer_acc_high)))]

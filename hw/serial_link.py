@@ -1,7 +1,7 @@
 """The board's end of the serial host link (:mod:`tpuer.link`): request frames in, the TPU's
 command words out, reply frames with the TPU's reply words back."""
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import crc, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -40,14 +40,14 @@ class SerialLink(wiring.Component):
     byte_timeout : int
         Clock cycles without a byte after which a frame is cut short (a NAK is sent).
     registered_crc : bool
-        The CRC takes each byte sent from a register, the cycle after the transmitter took
-        it, so the reply words' block RAM and the byte multiplexer are not on the CRC's
-        path (9 more flip-flops); and the reply words' bytes are chosen from a copy of the
-        block RAM's output a cycle late (32 more), so that the block RAM's slow output
-        ends at a register. This needs a ``tx_bytes`` sink that is not ready in the
-        cycle after it takes a byte, as a UART transmitter is (busy sending it): then the
-        CRC is complete before its own bytes go out, and no byte is taken before the copy
-        holds it.
+        The bytes sent come from registers: each header field's byte and the reply word's
+        byte in one, the state's choice among them in the next (``tx_bytes.payload``),
+        which the CRC takes the cycle after the transmitter took it; and the reply words'
+        bytes are chosen from a copy of the block RAM's output a cycle late, so that the
+        block RAM's slow output ends at a register. A byte is offered only after the
+        state has wanted to send it for three cycles, by when all of them hold it and the
+        CRC holds the bytes before it: four cycles a byte at most, nothing beside a
+        UART's ten bit times.
     """
 
     def __init__(self, *, byte_timeout, registered_crc=False):
@@ -129,12 +129,6 @@ class SerialLink(wiring.Component):
         sent = Signal(range(MAX_REPLY_WORDS + 1))
         tx_lane = Signal(3)
         tx_taken = self.tx_bytes.valid & self.tx_bytes.ready
-        if self._registered_crc:
-            sent_byte = Signal(8)
-            sent_byte_valid = Signal()
-            m.d.sync += sent_byte_valid.eq(0)
-            with m.If(sent_byte_valid):
-                m.d.comb += [frame_crc.data.eq(sent_byte), frame_crc.valid.eq(1)]
 
         # The reply word whose bytes are sent (see ``registered_crc``).
         reply_word = replies.read_data
@@ -142,11 +136,41 @@ class SerialLink(wiring.Component):
             reply_word = Signal(32, name="reply_word")
             m.d.sync += reply_word.eq(replies.read_data)
 
+        # The header fields and the reply word's byte that the send states choose from.
+        kind_byte = Mux(nak, Kind.NAK, Mux(busy_reply, Kind.BUSY, Kind.ACK))
+        seq_byte = Mux(nak, seq, last_seq)
+        count_byte = Mux(nak, 0, reply_count)
+        word_byte = reply_word.word_select(tx_lane[:2], 8)
+        if self._registered_crc:
+            # The byte to send is made in two register stages: each field's byte, then the
+            # state's choice (``tx_value``, the payload). A byte is offered once the state
+            # has wanted to send it for ``len(settled)`` cycles without a take, so that both
+            # stages, the reply word's copy and the CRC hold what the bytes before it left.
+            # The CRC takes each byte sent from ``tx_value`` the cycle after the take.
+            fields = [Signal(8, name=f"tx_{name}") for name in ("kind", "seq", "count", "word")]
+            m.d.sync += [field.eq(value) for field, value in
+                         zip(fields, (kind_byte, seq_byte, count_byte, word_byte))]
+            kind_byte, seq_byte, count_byte, word_byte = fields
+            tx_next = Signal(8)             # the byte of this state
+            tx_value = Signal(8)
+            wants = Signal()                # this is a state that sends
+            crc_next = Signal()             # its byte goes into the CRC
+            settled = Signal(3)
+            crc_pending = Signal()
+            m.d.sync += [tx_value.eq(tx_next),
+                         settled.eq(Mux(wants & ~tx_taken, Cat(1, settled[:-1]), 0)),
+                         crc_pending.eq(tx_taken & crc_next)]
+            m.d.comb += [self.tx_bytes.valid.eq(wants & settled[-1]),
+                         self.tx_bytes.payload.eq(tx_value)]
+            with m.If(crc_pending):
+                m.d.comb += [frame_crc.data.eq(tx_value), frame_crc.valid.eq(1)]
+
         def send(value, *, crc_it=True):
+            if self._registered_crc:
+                m.d.comb += [wants.eq(1), tx_next.eq(value), crc_next.eq(crc_it)]
+                return
             m.d.comb += [self.tx_bytes.valid.eq(1), self.tx_bytes.payload.eq(value)]
-            if crc_it and self._registered_crc:
-                m.d.sync += [sent_byte.eq(value), sent_byte_valid.eq(tx_taken)]
-            elif crc_it:
+            if crc_it:
                 m.d.comb += [frame_crc.data.eq(value), frame_crc.valid.eq(tx_taken)]
 
         def reply(kind):
@@ -256,15 +280,15 @@ class SerialLink(wiring.Component):
                 with m.If(tx_taken):
                     m.next = "SendKind"
             with m.State("SendKind"):
-                send(Mux(nak, Kind.NAK, Mux(busy_reply, Kind.BUSY, Kind.ACK)))
+                send(kind_byte)
                 with m.If(tx_taken):
                     m.next = "SendSeq"
             with m.State("SendSeq"):
-                send(Mux(nak, seq, last_seq))
+                send(seq_byte)
                 with m.If(tx_taken):
                     m.next = "SendCountLow"
             with m.State("SendCountLow"):
-                send(Mux(nak, 0, reply_count))
+                send(count_byte)
                 with m.If(tx_taken):
                     m.next = "SendCountHigh"
             with m.State("SendCountHigh"):
@@ -276,7 +300,7 @@ class SerialLink(wiring.Component):
                     with m.Else():
                         m.next = "SendWords"
             with m.State("SendWords"):
-                send(reply_word.word_select(tx_lane[:2], 8))
+                send(word_byte)
                 m.d.comb += [replies.read_addr.eq(sent), replies.read_en.eq(0)]
                 with m.If(tx_taken):
                     m.d.sync += tx_lane.eq(tx_lane + 1)

@@ -180,13 +180,16 @@ def test_driver_names_the_port_when_the_board_is_silent():
         link.send([1, 2, 3])
 
 
+@pytest.mark.parametrize("registered", [False, True], ids=["comb", "registered"])
 @pytest.mark.parametrize("gaps", [False, True], ids=["steady", "with gaps"])
-def test_link_fills_a_reply_to_the_limit_and_loses_no_word(gaps):
+def test_link_fills_a_reply_to_the_limit_and_loses_no_word(gaps, registered):
     """The board's link alone, against a TPU that always has reply words (or has them now
-    and then): each reply carries at most MAX_REPLY_WORDS words, a full one exactly that
-    many, a retransmission the same words, and every word arrives once, in order."""
+    and then), its bytes taken as soon as they are offered: each reply carries at most
+    MAX_REPLY_WORDS words, a full one exactly that many, a retransmission the same words,
+    and every word arrives once, in order. (Registered, the link's bytes and CRC come
+    from registers that must hold each byte before it is offered.)"""
     from tpuer.hw.serial_link import SerialLink
-    link = SerialLink(byte_timeout=1000)
+    link = SerialLink(byte_timeout=1000, registered_crc=registered)
     rng = random.Random(seed())
     replies = []
 
@@ -220,7 +223,7 @@ def test_link_fills_a_reply_to_the_limit_and_loses_no_word(gaps):
                 await ctx.tick()
                 ctx.set(link.rx_bytes.valid, 0)
                 await ctx.tick().repeat(3)
-            for _ in range(10 * (MAX_REPLY_WORDS + 10)):
+            for _ in range(30 * (MAX_REPLY_WORDS + 10)):    # five cycles a byte, registered
                 if frames:
                     assert len(frames) == 1 and frames[0].ok and frames[0].seq == seq
                     return frames[0].words
