@@ -225,6 +225,9 @@ class Sequencer(wiring.Component):
         # command's payload and none before ``last_step``. The instruction's load sets
         # them (at the end of this description, so that it comes after the last row's
         # count).
+        # (``rows_left`` is named explicitly: Amaranth's name tracer does not name it once
+        # a nested function closes over it. Naming the other two as well would rename
+        # them in the netlist of every board.)
         ub_row, acc_row, rows_left = Signal(16), Signal(16), Signal(16, name="rows_left")
         first_row = Signal()            # no row of the instruction is done yet
         tiles = Signal(range(cfg.weight_fifo_tiles + 2))   # read but not yet switched in
