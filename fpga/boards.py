@@ -94,7 +94,8 @@ _ECP5_MEASURED_CLOCK_MHZ = {"85F": 90.0, "12F": 70.0}
 #: built for 100, 68.4-93.6 MHz (heap placer, seeds 1-3; static placer, seeds 1-3). With
 #: the latest RTL, built for 90 MHz, seed 2 reaches 98.4 MHz; built for 100, the heap
 #: placer reached 71.3-82.0 MHz with weight 60 (seeds 1-4), 69.8-91.0 with weight 30
-#: (seeds 1-3) and 89.8 with weight 20 (seed 2), the static placer 79.5-90.6 (seeds 1-3).
+#: (seeds 1-4), 89.8 with weight 20 and 86.7 with 40 (seed 2), the static placer
+#: 79.5-90.6 (seeds 1-3).
 _ECP5_PLACEMENT = {"85F": {"router": "router2", "global_reset": True, "seed": 2,
                            "timing_weight": 60},
                    "12F": {"seed": 3}}
