@@ -148,8 +148,8 @@ def tool_options(family, seed=None, router=None, timing_weight=None, placer=None
 
 def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_latency=None,
                 memory_read_latency=None, seed=None, router=None, placer=None,
-                timing_weight=None, clock_mhz=None, global_reset=None, block=None, build_dir=None, program=False,
-                say=print):
+                timing_weight=None, clock_mhz=None, global_reset=None, block=None,
+                build_dir=None, program=False, say=print):
     """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols``, the
     activation unit's ``activation_steps``, the ``multiply_latency``, the
     ``memory_read_latency``, nextpnr's placement ``seed``, ``router``, ``placer`` and
@@ -206,11 +206,9 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     seed = board.seed if seed is None else seed
     _check_positive_int(seed, "the placement seed")
     router = board.router if router is None else router
-    if router is not None and router not in ROUTERS:
-        raise BuildError(f"the router must be one of {', '.join(ROUTERS)}, not {router!r}")
-    if placer is not None and placer not in PLACERS:
-        raise BuildError(f"the placer must be one of {', '.join(PLACERS)}, not {placer!r}")
+    _check_choice(router, ROUTERS, "the router")
     placer = board.placer if placer is None else placer
+    _check_choice(placer, PLACERS, "the placer")
     if timing_weight is not None and placer not in (None, "heap"):
         raise BuildError(f"the timing weight is an option of the heap placer, not of "
                          f"{placer}")
@@ -296,6 +294,13 @@ def _check_positive_int(value, what):
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
                               value < 1):
         raise BuildError(f"{what} must be a positive integer, not {value!r}")
+
+
+def _check_choice(value, choices, what):
+    """Refuse ``value`` (``what``, a nextpnr option) unless it is ``None`` or one of
+    ``choices``."""
+    if value is not None and value not in choices:
+        raise BuildError(f"{what} must be one of {', '.join(choices)}, not {value!r}")
 
 
 def _check_multipliers(board, cfg, device, rtlil):

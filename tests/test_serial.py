@@ -223,7 +223,7 @@ def test_link_fills_a_reply_to_the_limit_and_loses_no_word(gaps, registered):
                 await ctx.tick()
                 ctx.set(link.rx_bytes.valid, 0)
                 await ctx.tick().repeat(3)
-            for _ in range(30 * (MAX_REPLY_WORDS + 10)):    # five cycles a byte, registered
+            for _ in range(30 * (MAX_REPLY_WORDS + 10)):    # four cycles a byte, registered
                 if frames:
                     assert len(frames) == 1 and frames[0].ok and frames[0].seq == seq
                     return frames[0].words
