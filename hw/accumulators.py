@@ -50,7 +50,8 @@ class AccumulatorMemory(wiring.Component):
         Read request.
     read_data : Out(ArrayLayout(acc, cols))
         The row requested ``cfg.memory_read_latency`` cycles before (1 or 2; with 2 the
-        block RAM's output is registered before any logic).
+        row comes through the block RAM's own output register, see
+        :class:`~tpuer.hw.block_ram.BlockRAM`, before any logic).
     overflow : Out(1)
         High :func:`add_spacing` cycles after a write's request when it saturated in at
         least one lane.
@@ -140,6 +141,10 @@ class AccumulatorMemory(wiring.Component):
             m.d.sync += later.eq(valid[-1])
             valid.append(later)
 
+        # With memory_read_latency 2, the outside reader's rows come through the block
+        # RAM's own output register (a copy of the memory of its own).
+        registered_output = register_stored_row and cfg.memory_read_latency == 2
+        output_en = None
         if register_stored_row:
             # ``no_rw_check``: the outside reader's port below needs no read-during-write
             # logic (``old`` is transparent all the same).
@@ -172,15 +177,19 @@ class AccumulatorMemory(wiring.Component):
                 m.d.sync += commit_addr.eq(s2_addr)
             m.d.comb += [commit.addr.eq(commit_addr), commit.data.eq(new_row),
                          commit.en.eq(valid[-1]), self.overflow.eq(valid[-1] & clipped.any())]
-            if is_ice40(platform):
+            if is_ice40(platform) or registered_output:
                 # The outside reader's copy without Yosys's bypass: the datapath never reads
-                # a row in the cycle it is committed.
-                m.submodules.read_copy = read_copy = BlockRAM(width=self.row_layout.size,
-                                                              depth=cfg.acc_depth)
+                # a row in the cycle it is committed. (With memory_read_latency 2, through
+                # the block RAM's own output register.)
+                m.submodules.read_copy = read_copy = BlockRAM(
+                    width=self.row_layout.size, depth=cfg.acc_depth,
+                    registered_output=registered_output)
                 m.d.comb += [read_copy.write_addr.eq(commit.addr),
                              read_copy.write_data.eq(commit.data),
                              read_copy.write_en.eq(commit.en)]
                 read_port = read_copy.read_addr, read_copy.read_en, read_copy.read_data
+                if registered_output:
+                    output_en = read_copy.output_en
             else:
                 # Without Yosys's bypass too (see BlockRAM): an asynchronous port into a
                 # register of its own, which Yosys merges into the block RAM.
@@ -235,7 +244,8 @@ class AccumulatorMemory(wiring.Component):
 
         read_data, read_bad = bounded_read(m, *read_port, addr=self.read_addr, en=self.read_en,
                                            depth=cfg.acc_depth,
-                                           latency=cfg.memory_read_latency)
+                                           latency=cfg.memory_read_latency,
+                                           port_output_en=output_en)
         m.d.comb += self.read_data.eq(read_data)
         m.d.sync += self.range_error.eq(read_bad | (last_en & ~write_ok))
         return m

@@ -32,11 +32,12 @@ class UnifiedBuffer(wiring.Component):
         An out-of-range address was presented with its enable in the previous cycle.
 
     Latency: a read returns data ``cfg.memory_read_latency`` cycles (1 or 2) after its
-    request; with 2 the block RAM's output is registered before any logic. A write
+    request; with 2 the word goes through the block RAM's own output register (see
+    :class:`~tpuer.hw.block_ram.BlockRAM`) before any logic. A write
     requested in cycle ``t`` is seen by a read requested in cycle ``t + 1`` or later; a read
-    of the row being written in the same cycle returns the old row, or on an iCE40 an
-    undefined one (the memory is block RAM without Yosys's bypass there; the sequencer
-    never lets the two meet).
+    of the row being written in the same cycle returns the old row, or on an iCE40 (and on
+    an ECP5 with ``cfg.memory_read_latency`` 2) an undefined one (the memory is block RAM
+    without Yosys's bypass there; the sequencer never lets the two meet).
     """
 
     def __init__(self, cfg):
@@ -60,13 +61,15 @@ class UnifiedBuffer(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
+        registered = cfg.memory_read_latency == 2   # the memory's own output register
         m.submodules.storage = storage = BlockRAM(
-            width=self.row_layout.size, depth=cfg.ub_depth, granularity=cfg.operand_width)
+            width=self.row_layout.size, depth=cfg.ub_depth, granularity=cfg.operand_width,
+            registered_output=registered)
 
-        read_data, read_bad = bounded_read(m, storage.read_addr, storage.read_en,
-                                           storage.read_data, addr=self.read_addr,
-                                           en=self.read_en, depth=cfg.ub_depth,
-                                           latency=cfg.memory_read_latency)
+        read_data, read_bad = bounded_read(
+            m, storage.read_addr, storage.read_en, storage.read_data, addr=self.read_addr,
+            en=self.read_en, depth=cfg.ub_depth, latency=cfg.memory_read_latency,
+            port_output_en=storage.output_en if registered else None)
         write_ok = self.write_addr < cfg.ub_depth
         m.d.comb += [
             self.read_data.eq(read_data),

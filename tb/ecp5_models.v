@@ -103,3 +103,91 @@ module MULT18X18D (
             P19, P18, P17, P16, P15, P14, P13, P12, P11, P10, P9, P8, P7, P6, P5, P4, P3,
             P2, P1, P0} = p;
 endmodule
+
+// Simulation model of the part of the ECP5's DP16KD that tpuer uses: a block RAM of 1024
+// words of two 9-bit bytes (DATA_WIDTH 18 on both ports), written on port A (CEA and WEA,
+// a byte enable each on ADA0 and ADA1, the address on ADA4-ADA13) and read on port B
+// (CEB, the address on ADB4-ADB13), whose word read goes through the output register
+// (REGMODE_B "OUTREG", enabled by OCEB) or straight out (REGMODE_B "NOREG"). Lattice's
+// memory usage guide for the ECP5 (TN1264) describes the block; Yosys's ECP5 library has
+// only a black box of it. Words start at 0 (INITVAL's default). A read of the word being
+// written in the same cycle is undefined in the block, and gives X here. Other widths,
+// writes on port B, chip-select decoding and the resets are not modelled: a parameter or
+// input that asks for them stops the simulation.
+module DP16KD (
+    input DIA17, DIA16, DIA15, DIA14, DIA13, DIA12, DIA11, DIA10, DIA9, DIA8, DIA7, DIA6,
+    input DIA5, DIA4, DIA3, DIA2, DIA1, DIA0,
+    input ADA13, ADA12, ADA11, ADA10, ADA9, ADA8, ADA7, ADA6, ADA5, ADA4, ADA3, ADA2, ADA1,
+    input ADA0,
+    input CEA, OCEA, CLKA, WEA, RSTA, CSA2, CSA1, CSA0,
+    output DOA17, DOA16, DOA15, DOA14, DOA13, DOA12, DOA11, DOA10, DOA9, DOA8, DOA7, DOA6,
+    output DOA5, DOA4, DOA3, DOA2, DOA1, DOA0,
+    input DIB17, DIB16, DIB15, DIB14, DIB13, DIB12, DIB11, DIB10, DIB9, DIB8, DIB7, DIB6,
+    input DIB5, DIB4, DIB3, DIB2, DIB1, DIB0,
+    input ADB13, ADB12, ADB11, ADB10, ADB9, ADB8, ADB7, ADB6, ADB5, ADB4, ADB3, ADB2, ADB1,
+    input ADB0,
+    input CEB, OCEB, CLKB, WEB, RSTB, CSB2, CSB1, CSB0,
+    output DOB17, DOB16, DOB15, DOB14, DOB13, DOB12, DOB11, DOB10, DOB9, DOB8, DOB7, DOB6,
+    output DOB5, DOB4, DOB3, DOB2, DOB1, DOB0
+);
+    parameter DATA_WIDTH_A = 18;
+    parameter DATA_WIDTH_B = 18;
+    parameter REGMODE_A = "NOREG";
+    parameter REGMODE_B = "NOREG";
+    parameter RESETMODE = "SYNC";
+    parameter ASYNC_RESET_RELEASE = "SYNC";
+    parameter CSDECODE_A = "0b000";
+    parameter CSDECODE_B = "0b000";
+    parameter WRITEMODE_A = "NORMAL";
+    parameter WRITEMODE_B = "NORMAL";
+    parameter GSR = "ENABLED";
+
+    wire [17:0] dia = {DIA17, DIA16, DIA15, DIA14, DIA13, DIA12, DIA11, DIA10, DIA9, DIA8,
+                       DIA7, DIA6, DIA5, DIA4, DIA3, DIA2, DIA1, DIA0};
+    wire [9:0] write_addr = {ADA13, ADA12, ADA11, ADA10, ADA9, ADA8, ADA7, ADA6, ADA5, ADA4};
+    wire [9:0] read_addr = {ADB13, ADB12, ADB11, ADB10, ADB9, ADB8, ADB7, ADB6, ADB5, ADB4};
+    reg [8:0] low [0:1023];
+    reg [8:0] high [0:1023];
+    reg [17:0] read_word = 0, output_reg = 0;
+    integer word;
+
+    initial begin
+        // The INITVAL parameters' default: every word 0 from configuration on.
+        for (word = 0; word < 1024; word = word + 1) begin
+            low[word] = 0;
+            high[word] = 0;
+        end
+        if (DATA_WIDTH_A != 18 || DATA_WIDTH_B != 18 || REGMODE_A != "NOREG"
+            || (REGMODE_B != "NOREG" && REGMODE_B != "OUTREG")
+            || CSDECODE_A != "0b000" || CSDECODE_B != "0b000") begin
+            $display("DP16KD model: only 18-bit ports, REGMODE_A NOREG and no chip select");
+            $finish;
+        end
+    end
+
+    wire writing = CEA && WEA;
+    always @(posedge CLKA) begin
+        if (writing && ADA0) low[write_addr] <= dia[8:0];
+        if (writing && ADA1) high[write_addr] <= dia[17:9];
+    end
+    always @(posedge CLKB) begin
+        if (WEB || RSTB || RSTA || {CSA2, CSA1, CSA0} != 0 || {CSB2, CSB1, CSB0} != 0
+            || {ADB3, ADB2, ADB1, ADB0} != 0 || {ADA3, ADA2} != 0) begin
+            $display("DP16KD model: port B writes, resets, chip selects not modelled");
+            $finish;
+        end
+        if (CEB) begin
+            if (writing && read_addr == write_addr)
+                read_word <= 18'bx;
+            else
+                read_word <= {high[read_addr], low[read_addr]};
+        end
+        if (OCEB) output_reg <= read_word;
+    end
+    wire [17:0] dob = REGMODE_B == "OUTREG" ? output_reg : read_word;
+
+    assign {DOB17, DOB16, DOB15, DOB14, DOB13, DOB12, DOB11, DOB10, DOB9, DOB8, DOB7, DOB6,
+            DOB5, DOB4, DOB3, DOB2, DOB1, DOB0} = dob;
+    assign {DOA17, DOA16, DOA15, DOA14, DOA13, DOA12, DOA11, DOA10, DOA9, DOA8, DOA7, DOA6,
+            DOA5, DOA4, DOA3, DOA2, DOA1, DOA0} = 18'bx;
+endmodule

@@ -111,6 +111,47 @@ def test_block_with_products_in_mult18x18d(block, cfg, tmp_path):
     assert backend.run(built, seed=seed()) >= 2
 
 
+def dp16kd_blocks(width, byte_bits):
+    """DP16KD blocks of a BlockRAM with its own output register: two bytes of
+    ``byte_bits`` bits in each (8 with 8-bit granularity, else 9)."""
+    word_bytes = -(-width // byte_bits)
+    return -(-word_bytes // 2)
+
+
+@pytest.mark.parametrize("block, cfg", [
+    ("unified_buffer", Config(rows=2, cols=3, ub_depth=1024, memory_read_latency=2)),
+    ("accumulators", Config(rows=2, cols=3, acc_depth=20, memory_read_latency=2)),
+    ("datapath", Config(rows=3, cols=4, ub_depth=20, acc_depth=12, multiply_latency=3,
+                        memory_read_latency=2)),
+], ids=lambda value: getattr(value, "name", value))
+def test_block_with_reads_through_dp16kd_output_registers(block, cfg, tmp_path):
+    """With ``memory_read_latency`` 2 on the ULX3S, the Unified Buffer's reads and the
+    accumulator memory's outside reads come through DP16KD blocks' own output registers:
+    on Icarus with tpuer's model of the DP16KD (and of the MULT18X18D), against the golden
+    model, out-of-range reads and the Unified Buffer's lane masks included."""
+    from importlib.resources import files
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+    from tpuer.hw.export import build_block
+    require_simulator("icarus")
+    platform = ULX3S_85F_Platform()
+    component = build_block(block, cfg)
+    verilog = backend.to_verilog(component, platform=platform)
+    ub = dp16kd_blocks(cfg.ub_lanes * cfg.operand_width, 8)
+    acc = dp16kd_blocks(cfg.cols * cfg.acc_width, 9)
+    expected = {"unified_buffer": ub, "accumulators": acc, "datapath": ub + acc}[block]
+    assert verilog.count("DP16KD ") == expected
+    assert verilog.count('.REGMODE_B("OUTREG")') == expected
+    model = tmp_path / "ecp5_models.v"
+    model.write_text((files("tpuer.tb") / "ecp5_models.v").read_text())
+    built = backend.build(block, cfg, "icarus", component=component, platform=platform,
+                          extra_sources=[model], variant="dp16kd")
+    # Without Yosys's bypass, a Unified Buffer row read as it is written is undefined (the
+    # model gives X).
+    options = {"read_meets_write": "undefined"} if block == "unified_buffer" else {}
+    ran = backend.run(built, seed=seed(), extra_env={"TPUER_BENCH_OPTIONS": json.dumps(options)})
+    assert ran >= 2
+
+
 @pytest.mark.parametrize("block", ["accumulators", "skewed_accumulators", "datapath"])
 def test_block_as_the_icebreaker_has_it(block, tmp_path):
     """The accumulator memory and the datapath elaborated for the iCEBreaker, on Icarus with
