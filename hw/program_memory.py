@@ -21,7 +21,7 @@ def uses_spram(platform, depth):
 
 class ProgramMemory(BlockRAM):
     """``depth`` instructions of :data:`~tpuer.isa.INSTRUCTION_BITS` bits: the members and
-    latency of a :class:`~tpuer.hw.block_ram.BlockRAM`.
+    latency of a :class:`~tpuer.hw.block_ram.BlockRAM` (``registered_output`` included).
 
     Reads and writes must not fall in the same cycle: on an iCE40 UltraPlus the memory is
     four SB_SPRAM256KA blocks (16 bits each) sharing one address, the write has the port,
@@ -29,10 +29,11 @@ class ProgramMemory(BlockRAM):
     writes are refused then.) Elsewhere it is a :class:`~tpuer.hw.block_ram.BlockRAM`.
     """
 
-    def __init__(self, depth):
+    def __init__(self, depth, *, registered_output=False):
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 2:
             raise ValueError(f"depth must be an integer of at least 2, not {depth!r}")
-        super().__init__(width=INSTRUCTION_BITS, depth=depth)
+        super().__init__(width=INSTRUCTION_BITS, depth=depth,
+                         registered_output=registered_output)
 
     @property
     def depth(self):
@@ -59,5 +60,9 @@ class ProgramMemory(BlockRAM):
                 i_STANDBY=0, i_SLEEP=0, i_POWEROFF=1,
                 o_DATAOUT=word)
             words.append(word)
-        m.d.comb += self.read_data.eq(Cat(*words))
+        if self._registered_output:
+            with m.If(self.output_en):
+                m.d.sync += self.read_data.eq(Cat(*words))
+        else:
+            m.d.comb += self.read_data.eq(Cat(*words))
         return m

@@ -212,7 +212,9 @@ class Sequencer(wiring.Component):
         # The register stages that fast clocks need (``cfg.control_registers``) are
         # marked ``fast`` below.
         fast = bool(cfg.control_registers)
-        m.submodules.program = program = ProgramMemory(cfg.program_depth)
+        # With ``fast``, the memory's own output register holds ``following`` (below).
+        m.submodules.program = program = ProgramMemory(cfg.program_depth,
+                                                       registered_output=fast)
         # The program cannot change while it runs (the memory may be single-ported).
         m.d.comb += [program.write_addr.eq(self.program_write_addr),
                      program.write_data.eq(self.program_write_data),
@@ -236,8 +238,9 @@ class Sequencer(wiring.Component):
         # The instruction under way sits in a register (``instr``) with what can be told
         # from it alone: the one-hot opcode, the ends ``a + n`` and ``b + n`` and the
         # static error. The next instruction waits in a register (``upcoming``) with the
-        # same already decoded, the one after it in another (``following``) while it is
-        # decoded, and the one after that on the memory's output: so an instruction retires
+        # same already decoded, the one after it in another (``following``, the memory's
+        # own output register) while it is decoded, and the one after that read into the
+        # memory's output stage: so an instruction retires
         # into the next without a gap while the memory's slow output only ever goes into a
         # register and the decoding has a cycle of its own. Without ``fast`` (a small FPGA
         # at a slow clock) the memory's output itself holds the next instruction (it holds
@@ -245,7 +248,11 @@ class Sequencer(wiring.Component):
         # loaded: the fetch keeps its timing, two cycles nearer to the memory.
         if fast:
             upcoming = Signal(INSTRUCTION_BITS)
-            following = Signal(INSTRUCTION_BITS)
+            # The memory's output register (on an ECP5 the DP16KD's own), which takes the
+            # word read whenever the memory reads the next: so the retirement enables a
+            # few block RAM pins, not a register of every bit.
+            following = program.read_data
+            m.d.comb += program.output_en.eq(program.read_en)
         else:
             upcoming = program.read_data
         ahead = 3 if fast else 1        # the memory's output is pc + ahead
@@ -279,7 +286,7 @@ class Sequencer(wiring.Component):
             # Its checks are kept one by one, and the error code and the flags made from
             # them as it is loaded, so that no chain of multiplexers follows the range
             # checks' carry chains within the cycle.
-            fill_upcoming = [upcoming.eq(following), following.eq(program.read_data)]
+            fill_upcoming = [upcoming.eq(following)]
 
             def kept(value, name):
                 register = Signal(len(value), name=f"upcoming_{name}")
@@ -683,12 +690,9 @@ class Sequencer(wiring.Component):
                         m.d.sync += fetch_addr.eq(fetch_addr + 1)
                     elif offset:
                         m.d.comb += [program.read_addr.eq(pc + offset), program.read_en.eq(1)]
-                    if state == "Fill":
-                        if fast:
-                            m.d.sync += following.eq(program.read_data)
-                    elif state == "Decode":
+                    if state == "Decode":
                         m.d.sync += fill_upcoming
-                    else:
+                    elif state == "Prime":
                         m.d.comb += [load.eq(1), priming.eq(1)]
                     with m.If(self.abort_run):
                         m.d.comb += self.dma_cancel.eq(1)

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from tpuer.config import Config
+from tpuer.isa import INSTRUCTION_BITS
 
 from tpuer.sim import cocotb_backend as backend
 
@@ -123,12 +124,15 @@ def dp16kd_blocks(width, byte_bits):
     ("accumulators", Config(rows=2, cols=3, acc_depth=20, memory_read_latency=2)),
     ("datapath", Config(rows=3, cols=4, ub_depth=20, acc_depth=12, multiply_latency=3,
                         memory_read_latency=2)),
+    ("core", Config(rows=2, cols=2, ub_depth=12, acc_depth=8, weight_tiles=4,
+                    program_depth=64, memory_read_latency=2)),
 ], ids=lambda value: getattr(value, "name", value))
 def test_block_with_reads_through_dp16kd_output_registers(block, cfg, tmp_path):
     """With ``memory_read_latency`` 2 on the ULX3S, the Unified Buffer's reads and the
-    accumulator memory's outside reads come through DP16KD blocks' own output registers:
-    on Icarus with tpuer's model of the DP16KD (and of the MULT18X18D), against the golden
-    model, out-of-range reads and the Unified Buffer's lane masks included."""
+    accumulator memory's outside reads come through DP16KD blocks' own output registers,
+    and so do the sequencer's instructions (``control_registers``): on Icarus with tpuer's
+    model of the DP16KD (and of the MULT18X18D), against the golden model, out-of-range
+    reads and the Unified Buffer's lane masks included."""
     from importlib.resources import files
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
     from tpuer.hw.export import build_block
@@ -138,7 +142,9 @@ def test_block_with_reads_through_dp16kd_output_registers(block, cfg, tmp_path):
     verilog = backend.to_verilog(component, platform=platform)
     ub = dp16kd_blocks(cfg.ub_lanes * cfg.operand_width, 8)
     acc = dp16kd_blocks(cfg.cols * cfg.acc_width, 9)
-    expected = {"unified_buffer": ub, "accumulators": acc, "datapath": ub + acc}[block]
+    program = dp16kd_blocks(INSTRUCTION_BITS, 9)
+    expected = {"unified_buffer": ub, "accumulators": acc, "datapath": ub + acc,
+                "core": program + ub + acc}[block]
     assert verilog.count("DP16KD ") == expected
     assert verilog.count('.REGMODE_B("OUTREG")') == expected
     model = tmp_path / "ecp5_models.v"
@@ -149,7 +155,10 @@ def test_block_with_reads_through_dp16kd_output_registers(block, cfg, tmp_path):
     # model gives X).
     options = {"read_meets_write": "undefined"} if block == "unified_buffer" else {}
     ran = backend.run(built, seed=seed(), extra_env={"TPUER_BENCH_OPTIONS": json.dumps(options)})
-    assert ran >= 2
+    if block == "core":
+        assert ran == len(importlib.import_module("tpuer.tb.core_tb").BENCHES)
+    else:
+        assert ran >= 2
 
 
 @pytest.mark.parametrize("block", ["accumulators", "skewed_accumulators", "datapath"])
@@ -177,7 +186,10 @@ def test_block_as_the_icebreaker_has_it(block, tmp_path):
                           extra_sources=[ice40_models(tmp_path, "SB_MAC16", "SB_RAM40_4K",
                                                        "SB_LUT4", "SB_CARRY")])
     ran = backend.run(built, seed=seed(), extra_env={"TPUER_BENCH_OPTIONS": json.dumps(options)})
-    assert ran >= 2
+    if block == "core":
+        assert ran == len(importlib.import_module("tpuer.tb.core_tb").BENCHES)
+    else:
+        assert ran >= 2
 
 
 def test_tpu_as_the_icebreaker_has_it(tmp_path):
