@@ -47,7 +47,10 @@ class SerialLink(wiring.Component):
         block RAM's slow output ends at a register. A byte is offered only after the
         state has wanted to send it for three cycles, by when all of them hold it and the
         CRC holds the bytes before it: four cycles a byte at most, nothing beside a
-        UART's ten bit times.
+        UART's ten bit times. The checks for a frame's last payload word and a reply's
+        last word, and the next reply word's address, are registers too, made a cycle
+        after the counts they come from change (a word takes four bytes, so they are
+        ready for the next word's last byte).
     """
 
     def __init__(self, *, byte_timeout, registered_crc=False):
@@ -129,6 +132,17 @@ class SerialLink(wiring.Component):
         sent = Signal(range(MAX_REPLY_WORDS + 1))
         tx_lane = Signal(3)
         tx_taken = self.tx_bytes.valid & self.tx_bytes.ready
+        # Whether the payload word being received, or the reply word being sent, is the
+        # last, and the reply word after the one being sent; with ``registered_crc`` from
+        # registers (see above).
+        last_index, last_sent, sent_next = (index + 1 == short_count,
+                                            sent + 1 == reply_count, sent + 1)
+        if self._registered_crc:
+            registered = (Signal(name="last_index"), Signal(name="last_sent"),
+                          Signal.like(sent, name="sent_next"))
+            m.d.sync += [register.eq(value) for register, value in
+                         zip(registered, (last_index, last_sent, sent_next))]
+            last_index, last_sent, sent_next = registered
 
         # The reply word whose bytes are sent (see ``registered_crc``).
         reply_word = replies.read_data
@@ -238,7 +252,7 @@ class SerialLink(wiring.Component):
                     m.d.sync += lane.eq(lane + 1)
                     with m.If(lane == 3):
                         m.d.sync += [index.eq(index + 1), tail.eq(tail + take_words)]
-                        with m.If(index + 1 == short_count):
+                        with m.If(last_index):
                             m.next = "CrcHigh"
                 receive(None, action=payload_byte)
             with m.State("CrcHigh"):
@@ -306,8 +320,8 @@ class SerialLink(wiring.Component):
                     m.d.sync += tx_lane.eq(tx_lane + 1)
                     with m.If(tx_lane == 3):
                         m.d.sync += [tx_lane.eq(0), sent.eq(sent + 1)]
-                        m.d.comb += [replies.read_addr.eq(sent + 1), replies.read_en.eq(1)]
-                        with m.If(sent + 1 == reply_count):
+                        m.d.comb += [replies.read_addr.eq(sent_next), replies.read_en.eq(1)]
+                        with m.If(last_sent):
                             m.next = "SendCrcHigh"
             with m.State("SendCrcHigh"):
                 send(frame_crc.crc[8:], crc_it=False)
