@@ -65,9 +65,18 @@ class Core(wiring.Component):
             wiring.connect(m, getattr(dma, name), getattr(dp, name))
         wiring.connect(m, dp.host_data, dma.host_data)
         # The DMA engine serves the sequencer first, the host when the sequencer asks nothing.
-        from_seq = seq.dma_request.valid
+        # With ``cfg.control_registers`` the sequencer's transfer is chosen while it is
+        # pending (from registers), hazards or not, so that the late handshake does not
+        # choose the payload the engine adds and stores; the host's waits meanwhile. (The
+        # host interface asks only while no program runs.)
+        if cfg.control_registers:
+            from_seq = seq.dma_pending
+            any_valid = seq.dma_request.valid | (self.memory_request.valid & ~from_seq)
+        else:
+            from_seq = seq.dma_request.valid
+            any_valid = from_seq | self.memory_request.valid
         m.d.comb += [
-            dma.request.valid.eq(from_seq | self.memory_request.valid),
+            dma.request.valid.eq(any_valid),
             dma.request.payload.eq(Mux(from_seq, seq.dma_request.payload,
                                        self.memory_request.payload)),
             seq.dma_request.ready.eq(dma.request.ready),

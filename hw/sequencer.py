@@ -89,8 +89,11 @@ class Sequencer(wiring.Component):
         ``param_write`` is valid while it retires.
     dma_request : Out(stream)
         READ_HOST and WRITE_HOST, handed to the host DMA engine
-        (:class:`~tpuer.hw.host_dma.HostDMA`); ``dma_busy``, ``dma_kind``, ``dma_low``,
-        ``dma_high`` In: the transfer under way, for the hazard checks.
+        (:class:`~tpuer.hw.host_dma.HostDMA`); ``dma_pending`` is high while one waits to
+        be handed over, whether or not it waits on a hazard (a superset of
+        ``dma_request.valid``, with ``cfg.control_registers`` from registers);
+        ``dma_busy``, ``dma_kind``, ``dma_low``, ``dma_high`` In: the transfer under way,
+        for the hazard checks.
     weight_request : Out(stream)
         READ_WEIGHTS requests to the weight reader; ``weight_reader_busy`` In.
     matmul_busy, activate_busy, weight_stall, vector_issued : In
@@ -116,6 +119,7 @@ class Sequencer(wiring.Component):
                           init={"multiplier": [(1 << 31) - 1] * cfg.cols}),
             "param_write": Out(PARAM_WRITE_LAYOUT),
             "dma_request": Out(stream.Signature(DMA_REQUEST_LAYOUT)),
+            "dma_pending": Out(1),
             "dma_cancel": Out(1),
             "dma_busy": In(1),
             "dma_kind": In(2),
@@ -607,6 +611,7 @@ class Sequencer(wiring.Component):
             with m.If(live["dma"]):
                 # Handed to the host DMA engine, which moves the rows while the
                 # sequencer goes on; instructions that touch those rows wait for it.
+                m.d.comb += self.dma_pending.eq(1)
                 with m.If(dma_free):
                     m.d.comb += self.dma_request.valid.eq(1)
             with m.If(live["weights"]):
