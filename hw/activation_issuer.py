@@ -9,8 +9,10 @@ from .datapath import command_layouts
 
 __all__ = ["ActivationIssuer", "ACTIVATE_REQUEST_LAYOUT"]
 
-#: An ACTIVATE, as the sequencer hands it over.
-ACTIVATE_REQUEST_LAYOUT = data.StructLayout({"acc_addr": 16, "ub_addr": 16, "count": 16})
+#: An ACTIVATE, as the sequencer hands it over, with the ends of its row ranges
+#: (``acc_addr + count`` and ``ub_addr + count``, which the sequencer keeps in registers).
+ACTIVATE_REQUEST_LAYOUT = data.StructLayout({"acc_addr": 16, "ub_addr": 16, "count": 16,
+                                             "acc_end": 17, "ub_end": 17})
 
 
 class ActivationIssuer(wiring.Component):
@@ -62,10 +64,9 @@ class ActivationIssuer(wiring.Component):
         with m.If(self.request.valid & self.request.ready):
             req = self.request.payload
             acc_addr, ub_addr = req.acc_addr[:row_bits], req.ub_addr[:row_bits]
-            req_count = req.count[:row_bits]
-            new_high = ub_addr + req_count
+            new_high = req.ub_end[:row_bits]
             m.d.sync += [self.busy.eq(req.count != 0), self.acc_low.eq(acc_addr),
-                         self.acc_high.eq(acc_addr + req_count), acc_row.eq(acc_addr),
+                         self.acc_high.eq(req.acc_end[:row_bits]), acc_row.eq(acc_addr),
                          ub_row.eq(ub_addr), last.eq(req.count == 1)]
             with m.If(self.draining):
                 # Rows of the ACTIVATE before are still on their way: cover both.

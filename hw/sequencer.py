@@ -554,6 +554,8 @@ class Sequencer(wiring.Component):
             self.activate_request.payload.acc_addr.eq(a),
             self.activate_request.payload.ub_addr.eq(b),
             self.activate_request.payload.count.eq(n),
+            self.activate_request.payload.acc_end.eq(a_end),
+            self.activate_request.payload.ub_end.eq(b_end),
         ]
 
         # The memory's output is the instruction ``ahead`` after ``instr``: reading
