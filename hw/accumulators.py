@@ -240,7 +240,11 @@ class AccumulatorMemory(wiring.Component):
                 overflow_late = later
             m.d.sync += self.overflow.eq(overflow_late)
             read_port = read_addr, read_en, Cat(*read_words)
-        m.d.comb += self.write_pending.eq(any_of(valid))
+        if cfg.control_registers:
+            # A register set a cycle ahead, of the same value (see MatrixUnit.busy).
+            m.d.sync += self.write_pending.eq(any_of([last_en & write_ok, *valid[:-1]]))
+        else:
+            m.d.comb += self.write_pending.eq(any_of(valid))
 
         read_data, read_bad = bounded_read(m, *read_port, addr=self.read_addr, en=self.read_en,
                                            depth=cfg.acc_depth,

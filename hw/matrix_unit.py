@@ -54,7 +54,8 @@ class MatrixUnit(wiring.Component):
     tile_ready : Out(1)
         A complete tile waits in the shadow weights.
     busy : Out(1)
-        Some accepted vector has not yet left on ``results``.
+        Some accepted vector has not yet left on ``results`` (with
+        ``cfg.control_registers`` a register, of the same value).
     upcoming : Out(StructLayout({"valid", "tag"}))
         What ``results.valid`` and ``results.payload.tag`` will be in the next cycle (so
         that the accumulator memory can read the row a result adds to a cycle ahead).
@@ -193,6 +194,13 @@ class MatrixUnit(wiring.Component):
             self.results.valid.eq(valid),
             self.results.payload.data.eq(deskew.o),
             self.results.payload.tag.eq(tag),
-            self.busy.eq(Cat(*in_flight).any()),
         ]
+        if cfg.control_registers:
+            # A register set a cycle ahead (a vector enters, or one inside moves on), so
+            # that the sequencer's wait for an idle datapath does not start from an OR of
+            # every stage.
+            m.d.sync += self.busy.eq((self.rows.valid & self.rows.ready) |
+                                     Cat(*in_flight[:-1]).any())
+        else:
+            m.d.comb += self.busy.eq(Cat(*in_flight).any())
         return m
