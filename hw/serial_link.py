@@ -174,7 +174,10 @@ class SerialLink(wiring.Component):
             m.d.sync += [tx_value.eq(tx_next),
                          settled.eq(Mux(wants & ~tx_taken, Cat(1, settled[:-1]), 0)),
                          crc_pending.eq(tx_taken & crc_next)]
-            m.d.comb += [self.tx_bytes.valid.eq(wants & settled[-1]),
+            # (The state leaves a sending state only as its byte is taken, which clears
+            # ``settled``, and enters one with ``settled`` clear: so ``settled[-1]``
+            # implies ``wants``, and ``valid`` is a register.)
+            m.d.comb += [self.tx_bytes.valid.eq(settled[-1]),
                          self.tx_bytes.payload.eq(tx_value)]
             with m.If(crc_pending):
                 m.d.comb += [frame_crc.data.eq(tx_value), frame_crc.valid.eq(1)]
