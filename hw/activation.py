@@ -187,6 +187,8 @@ class ActivationUnit(wiring.Component):
         Requantised operand rows, in order.
     busy : Out(1)
         A row is inside the pipeline (from a register).
+    busy_next : Out(1)
+        What ``busy`` will be in the next cycle.
 
     Stages: the row straight from the accumulator memory into registers; bias; four
     16 x 16-bit partial products (a DSP multiplier each); their sum; the high half; the
@@ -230,6 +232,7 @@ class ActivationUnit(wiring.Component):
             "i": In(stream.Signature(self.in_layout)),
             "o": Out(stream.Signature(self.out_layout)),
             "busy": Out(1),
+            "busy_next": Out(1),
         })
 
     def elaborate(self, platform):
@@ -324,6 +327,7 @@ class ActivationUnit(wiring.Component):
 
         # ``busy`` is a register, set a cycle ahead: a row enters, or one is inside and
         # moves on, or the output holds one that is not taken.
-        m.d.sync += self.busy.eq((self.i.valid & self.i.ready) | Cat(*valid).any() |
-                                 (self.o.valid & ~self.o.ready))
+        m.d.comb += self.busy_next.eq((self.i.valid & self.i.ready) | Cat(*valid).any() |
+                                      (self.o.valid & ~self.o.ready))
+        m.d.sync += self.busy.eq(self.busy_next)
         return m

@@ -295,6 +295,16 @@ class Datapath(wiring.Component):
             act.o.ready.eq(1),
         ]
 
+        if cfg.control_registers and not cfg.activation_steps:
+            # A register set a cycle ahead, of the same value: a row handed to the first
+            # stage, or one moving on to the next, or the unit busy in the next cycle; so
+            # that the sequencer's hazard checks start from a register near them.
+            m.d.sync += self.activate_busy.eq(
+                any_of([self.activate.valid & self.activate.ready,
+                        *(valid for valid, _ in activations[:-1]), act.busy_next]))
+        else:
+            m.d.comb += self.activate_busy.eq(activations_in_flight | act.busy)
+
         # --- host reads of both memories, when the datapath does not read -------------
         request = self.host_read.payload
         host_issue, host_room = _serve_host_reads(
@@ -347,7 +357,7 @@ class Datapath(wiring.Component):
         m.d.comb += [
             self.matmul_busy.eq(any_of(valid for valid, _ in reads) | feed.r_rdy | mxu.busy |
                                 acc.write_pending),
-            self.activate_busy.eq(activations_in_flight | act.busy),
+
             self.busy.eq(self.matmul_busy | self.activate_busy),
             self.vector_issued.eq(mxu.rows.valid & mxu.rows.ready),
             self.weight_stall.eq(mxu.weight_stall),
