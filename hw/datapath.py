@@ -343,14 +343,17 @@ class Datapath(wiring.Component):
                 m.d.comb += [ub.read_addr.eq(request.addr), ub.read_en.eq(1)]
 
         # --- UB write port: activated rows first, then the host -------------------------
-        m.d.comb += self.host_write.ready.eq(~act.o.valid)
+        # The row, address and mask are the host's whenever no activated row is written,
+        # so that only the write enable waits for the host's (late) valid.
+        m.d.comb += [self.host_write.ready.eq(~act.o.valid),
+                     ub.write_en.eq(act.o.valid | self.host_write.valid)]
         with m.If(act.o.valid):
-            m.d.comb += [ub.write_addr.eq(act.o.payload.tag), ub.write_en.eq(1),
+            m.d.comb += [ub.write_addr.eq(act.o.payload.tag),
                          ub.write_mask.eq((1 << cfg.cols) - 1)]
             for lane in range(cfg.cols):
                 m.d.comb += ub.write_data[lane].eq(act.o.payload.data[lane])
-        with m.Elif(self.host_write.valid):
-            m.d.comb += [ub.write_addr.eq(self.host_write.payload.addr), ub.write_en.eq(1),
+        with m.Else():
+            m.d.comb += [ub.write_addr.eq(self.host_write.payload.addr),
                          ub.write_data.eq(self.host_write.payload.data),
                          ub.write_mask.eq(self.host_write.payload.mask)]
 
