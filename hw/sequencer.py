@@ -243,10 +243,10 @@ class Sequencer(wiring.Component):
         # from it alone: the one-hot opcode, the ends ``a + n`` and ``b + n`` and the
         # static error. The next instruction waits in a register (``upcoming``) with the
         # same already decoded, the one after it in another (``following``, the memory's
-        # own output register) while it is decoded, and the one after that read into the
-        # memory's output stage: so an instruction retires
-        # into the next without a gap while the memory's slow output only ever goes into a
-        # register and the decoding has a cycle of its own. Without ``fast`` (a small FPGA
+        # own output register) while it is decoded, and the one after that is read into
+        # the memory: so an instruction retires into the next without a gap while the
+        # memory's slow output only ever goes into a register and the decoding has a
+        # cycle of its own. Without ``fast`` (a small FPGA
         # at a slow clock) the memory's output itself holds the next instruction (it holds
         # still while nothing is read), and the decoding starts from there as it is
         # loaded: the fetch keeps its timing, two cycles nearer to the memory.
