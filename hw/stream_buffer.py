@@ -45,11 +45,15 @@ class StreamBuffer(wiring.Component):
         skid = Signal.like(self.o.payload)
         skid_valid = Signal()
         m.d.comb += self.i.ready.eq(~skid_valid)
+        # The skid register takes the payload whenever it holds nothing (what it takes
+        # counts only once skid_valid is set), so that its enable waits for no handshake.
+        with m.If(~skid_valid):
+            m.d.sync += skid.eq(self.i.payload)
         with m.If(~self.o.valid | self.o.ready):
             with m.If(skid_valid):
                 m.d.sync += [self.o.payload.eq(skid), self.o.valid.eq(1), skid_valid.eq(0)]
             with m.Else():
                 m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
         with m.Elif(self.i.valid & self.i.ready):
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+            m.d.sync += skid_valid.eq(1)
         return m
