@@ -41,16 +41,18 @@ class SerialLink(wiring.Component):
         Clock cycles without a byte after which a frame is cut short (a NAK is sent).
     registered_crc : bool
         The bytes sent come from registers: each header field's byte and the reply word's
-        byte in one, the state's choice among them in the next (``tx_bytes.payload``),
-        which the CRC takes the cycle after the transmitter took it; and the reply words'
-        bytes are chosen from a copy of the block RAM's output a cycle late, so that the
-        block RAM's slow output ends at a register. A byte is offered only after the
-        state has wanted to send it for three cycles, by when all of them hold it and the
-        CRC holds the bytes before it: four cycles a byte at most, nothing beside a
-        UART's ten bit times. The checks for a frame's last payload word and a reply's
-        last word, and the next reply word's address, are registers too, made a cycle
-        after the counts they come from change (a word takes four bytes, so they are
-        ready for the next word's last byte).
+        byte in one, the state's choice among them in the next (``tx_bytes.payload``);
+        and the reply words' bytes are chosen from a copy of the block RAM's output a
+        cycle late, so that the block RAM's slow output ends at a register. The CRC takes
+        what it is given through registers (a cycle later): a byte sent two cycles after
+        the transmitter took it, a received byte a cycle after it came (so a request
+        frame's check waits a cycle more). A byte is offered only after the state has
+        wanted to send it for three cycles, by when all of them hold it and the CRC holds
+        the bytes before it: four cycles a byte at most, nothing beside a UART's ten bit
+        times. The checks for a frame's last payload word and a reply's last word, and
+        the next reply word's address, are registers too, made a cycle after the counts
+        they come from change (a word takes four bytes, so they are ready for the next
+        word's last byte).
     """
 
     def __init__(self, *, byte_timeout, registered_crc=False):
@@ -105,9 +107,15 @@ class SerialLink(wiring.Component):
         # One CRC for both directions: a frame is received or sent, never both at once.
         # It takes the received bytes unless a byte is being sent.
         m.submodules.frame_crc = frame_crc = crc.Processor(CRC(data_width=8))
+        # What the CRC takes: with ``registered_crc`` through registers, a cycle later, so
+        # that the link's state decode and the CRC's XOR network are not one path.
+        crc_in = {name: Signal.like(getattr(frame_crc, name), name=f"crc_{name}")
+                  for name in ("data", "valid", "start")}
+        crc_domain = m.d.sync if self._registered_crc else m.d.comb
+        crc_domain += [getattr(frame_crc, name).eq(value) for name, value in crc_in.items()]
         byte = self.rx_bytes.payload.data
         got = self.rx_bytes.valid
-        m.d.comb += [frame_crc.data.eq(byte)]
+        m.d.comb += [crc_in["data"].eq(byte)]
         flags = Signal(8)
         seq = Signal(8)
         count = Signal(16)
@@ -160,7 +168,8 @@ class SerialLink(wiring.Component):
             # state's choice (``tx_value``, the payload). A byte is offered once the state
             # has wanted to send it for ``len(settled)`` cycles without a take, so that both
             # stages, the reply word's copy and the CRC hold what the bytes before it left.
-            # The CRC takes each byte sent from ``tx_value`` the cycle after the take.
+            # The CRC is given each byte sent from ``tx_value`` the cycle after the take
+            # (and, through its input registers, takes it a cycle later).
             fields = [Signal(8, name=f"tx_{name}") for name in ("kind", "seq", "count", "word")]
             m.d.sync += [field.eq(value) for field, value in
                          zip(fields, (kind_byte, seq_byte, count_byte, word_byte))]
@@ -180,7 +189,7 @@ class SerialLink(wiring.Component):
             m.d.comb += [self.tx_bytes.valid.eq(settled[-1]),
                          self.tx_bytes.payload.eq(tx_value)]
             with m.If(crc_pending):
-                m.d.comb += [frame_crc.data.eq(tx_value), frame_crc.valid.eq(1)]
+                m.d.comb += [crc_in["data"].eq(tx_value), crc_in["valid"].eq(1)]
 
         def send(value, *, crc_it=True):
             if self._registered_crc:
@@ -188,7 +197,7 @@ class SerialLink(wiring.Component):
                 return
             m.d.comb += [self.tx_bytes.valid.eq(1), self.tx_bytes.payload.eq(value)]
             if crc_it:
-                m.d.comb += [frame_crc.data.eq(value), frame_crc.valid.eq(tx_taken)]
+                m.d.comb += [crc_in["data"].eq(value), crc_in["valid"].eq(tx_taken)]
 
         def reply(kind):
             """Leave for sending a reply of ``kind``: a NAK, or a new stored reply, filled
@@ -207,7 +216,7 @@ class SerialLink(wiring.Component):
         with m.FSM(name="link"):
             with m.State("Hunt"):
                 with m.If(got & (byte == SYNC) & ~self.rx_bytes.payload.framing_error):
-                    m.d.comb += frame_crc.start.eq(1)
+                    m.d.comb += crc_in["start"].eq(1)
                     m.d.sync += [bad.eq(0), timer.eq(0)]
                     m.next = "Flags"
 
@@ -215,7 +224,7 @@ class SerialLink(wiring.Component):
                 """A header or payload byte: CRC it, note framing errors, time out;
                 ``store`` is a statement to run on it, ``action`` a function."""
                 with m.If(got):
-                    m.d.comb += frame_crc.valid.eq(1)
+                    m.d.comb += crc_in["valid"].eq(1)
                     m.d.sync += [timer.eq(0),
                                  bad.eq(bad | self.rx_bytes.payload.framing_error)]
                     if store is not None:
@@ -261,7 +270,10 @@ class SerialLink(wiring.Component):
             with m.State("CrcHigh"):
                 receive("CrcLow")
             with m.State("CrcLow"):
-                receive("Check")
+                receive("CrcTaken" if self._registered_crc else "Check")
+            if self._registered_crc:
+                with m.State("CrcTaken"):
+                    m.next = "Check"        # the CRC takes the frame's last byte
             with m.State("Check"):
                 # The CRC has taken the last byte: the whole frame checks to the residue.
                 with m.If(bad | ~frame_crc.match_detected):
@@ -292,7 +304,7 @@ class SerialLink(wiring.Component):
 
             with m.State("SendSync"):
                 send(SYNC, crc_it=False)
-                m.d.comb += frame_crc.start.eq(1)
+                m.d.comb += crc_in["start"].eq(1)
                 m.d.sync += [sent.eq(0), tx_lane.eq(0)]
                 with m.If(tx_taken):
                     m.next = "SendKind"
