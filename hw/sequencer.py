@@ -583,8 +583,16 @@ class Sequencer(wiring.Component):
             if fast:
                 m.d.sync += fetch_addr.eq(fetch_addr + 1)
 
+        # With ``fast``, the fill states' reads and the first load come from registers
+        # (``filling``: Fill, Decode or Prime; ``in_prime``: Prime), not from a decoder of
+        # the state, so that the fetch registers' enables are the retirement or'd with one
+        # flag.
+        filling, in_prime = Signal(), Signal()
+
         def stop(state):
             m.d.sync += [self.state.eq(state), *(flag.eq(0) for flag in armed.values())]
+            if fast:
+                m.d.sync += [filling.eq(0), in_prime.eq(0)]
             m.next = "Idle"
 
         # With ``fast``, each armed flag with no abort under way.
@@ -678,7 +686,7 @@ class Sequencer(wiring.Component):
                                  *(register.eq(0) for register in counter_registers)]
                     m.d.comb += [program.read_addr.eq(self.start_pc), program.read_en.eq(1)]
                     if fast:
-                        m.d.sync += fetch_addr.eq(self.start_pc + 1)
+                        m.d.sync += [fetch_addr.eq(self.start_pc + 1), filling.eq(1)]
                     m.next = "Fill"
 
             # :func:`fetch_fill_cycles` cycles fill the fetch stage. With ``fast``: the first
@@ -692,15 +700,18 @@ class Sequencer(wiring.Component):
             for k, state in enumerate(fill_states):
                 with m.State(state):
                     offset = ahead - (len(fill_states) - 1) + k
-                    if fast:        # fetch_addr is pc + offset
-                        m.d.comb += program.read_en.eq(1)
-                        m.d.sync += fetch_addr.eq(fetch_addr + 1)
-                    elif offset:
+                    # (With ``fast``, fetch_addr is pc + offset, and ``filling`` reads.)
+                    if not fast and offset:
                         m.d.comb += [program.read_addr.eq(pc + offset), program.read_en.eq(1)]
                     if state == "Decode":
                         m.d.sync += fill_upcoming
+                        if fast:
+                            m.d.sync += in_prime.eq(1)      # (stop() clears it on an abort)
                     elif state == "Prime":
-                        m.d.comb += [load.eq(1), priming.eq(1)]
+                        if fast:
+                            m.d.sync += [filling.eq(0), in_prime.eq(0)]
+                        else:
+                            m.d.comb += [load.eq(1), priming.eq(1)]
                     with m.If(self.abort_run):
                         m.d.comb += self.dma_cancel.eq(1)
                         stop(CoreState.IDLE)
@@ -747,6 +758,11 @@ class Sequencer(wiring.Component):
             # The armed flags are clear in every state but Run (made so at the load, and
             # cleared as the core stops), so the issue needs no state decoder in front.
             issue(live)
+            with m.If(filling):
+                m.d.comb += program.read_en.eq(1)
+                m.d.sync += fetch_addr.eq(fetch_addr + 1)
+            with m.If(in_prime):
+                m.d.comb += [load.eq(1), priming.eq(1)]
 
         with m.If(load):
             m.d.sync += [ub_row.eq(fetched.a), acc_row.eq(fetched.b),

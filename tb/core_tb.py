@@ -11,6 +11,7 @@ from amaranth.lib import data
 
 from .. import isa
 from ..hw.matrix_unit import matrix_unit_latency
+from ..hw.sequencer import fetch_fill_cycles
 from ..isa import CoreState, ErrorCode, Instruction, Opcode
 from ..sim.isa_model import CoreModel
 from .harness import StreamSink, StreamSource, TestbenchError, run_cycles
@@ -433,9 +434,43 @@ async def bench_abort(io, cfg, rng):
     _compare(io, cfg, "memory dump after an aborted read-out", got, model.run(dump_at))
 
 
+async def bench_abort_while_filling(io, cfg, rng):
+    """Abort in each cycle in which the fetch stage fills (:func:`fetch_fill_cycles`): the
+    core must stop before its first instruction does anything (no host row, state IDLE,
+    and it stays so), and the memories must be as the model left them."""
+    model, weights = await _setup(io, cfg, rng)
+    await load_program(io, cfg, [isa.write_host(0, 1), isa.halt()])
+    out_codec = Codec(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes))
+    for cycle in range(fetch_fill_cycles(cfg)):
+        for _ in range(rest_cycles(cfg)):
+            await io.tick()
+        sink = StreamSink("host_out", out_codec)
+        io.set("start_pc", 0)
+        io.set("start", 1)
+        await io.tick()
+        io.set("start", 0)
+        for _ in range(cycle):
+            await io.tick()
+        io.set("abort_run", 1)
+        await io.tick()
+        io.set("abort_run", 0)
+        states = set()
+        until = io.cycle + 4 * cfg.rows + 20
+        await run_cycles(io, [sink], until=lambda: io.cycle >= until, max_cycles=200,
+                         on_cycle=lambda io: states.add(CoreState(io.get("state"))))
+        if sink.items or states != {CoreState.IDLE}:
+            raise TestbenchError(f"[{io.simulator} core {cfg.name}] aborted {cycle} cycles "
+                                 f"into the fill: states {sorted(s.name for s in states)}, "
+                                 f"{len(sink.items)} host rows")
+    dump_at = cfg.program_depth - 3
+    got = await run_on_core(io, cfg, start=dump_at, rng=rng)
+    _compare(io, cfg, "memory dump after the aborted starts", got, model.run(dump_at))
+
+
 BENCHES = {
     "random_programs": bench_random_programs,
     "abort": bench_abort,
+    "abort_while_filling": bench_abort_while_filling,
     "invalid_programs": bench_invalid_programs,
     "hazards": bench_hazards,
     "streaming": bench_streaming,
