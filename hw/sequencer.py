@@ -378,9 +378,20 @@ class Sequencer(wiring.Component):
         # vector enters the matrix unit or waits for its tile) go into a register first
         # (``pending``) and into the total a cycle later, so that no carry waits for them;
         # the counter shows the total plus the pending count, the same value.
+        # With ``fast`` START does not clear the totals itself (a late decision that reached
+        # every bit): it sets ``fresh``, and in the next cycle the totals count as 0, both
+        # as shown and as added to (no count is pending after a cycle outside RUNNING).
         retiring = Signal()             # an instruction retires this cycle
-        m.d.sync += self.cycles.eq(self.cycles + running)
-        counter_registers = [self.cycles]
+        fresh = Signal()                # START was taken in the cycle before (``fast``)
+        counter_registers = []          # the registers START clears
+        if fast:
+            m.d.sync += fresh.eq(0)
+            cycles_total = Signal(len(self.cycles), name="cycles_total")
+            m.d.sync += cycles_total.eq(Mux(fresh, 0, cycles_total) + running)
+            m.d.comb += self.cycles.eq(Mux(fresh, 0, cycles_total))
+        else:
+            m.d.sync += self.cycles.eq(self.cycles + running)
+            counter_registers.append(self.cycles)
         for counter, event in ((self.mxu_busy_cycles, running & self.vector_issued),
                                (self.weight_stall_cycles, running & self.weight_stall),
                                (self.instructions, retiring)):
@@ -390,9 +401,9 @@ class Sequencer(wiring.Component):
                 continue
             total = Signal(len(counter), name=f"{counter.name}_total")
             pending = Signal(name=f"{counter.name}_pending")
-            m.d.sync += [total.eq(total + pending), pending.eq(event)]
-            m.d.comb += counter.eq(total + pending)
-            counter_registers += [total, pending]
+            kept = Mux(fresh, 0, total)
+            m.d.sync += [total.eq(kept + pending), pending.eq(event)]
+            m.d.comb += counter.eq(kept + pending)
 
         params = self.params
         # CONFIG says which parameters to write, a bit per parameter and lane. With
@@ -587,7 +598,8 @@ class Sequencer(wiring.Component):
         # (``filling``: Fill, Decode or Prime; ``in_prime``: Prime), not from a decoder of
         # the state, so that the fetch registers' enables are the retirement or'd with one
         # flag.
-        filling, in_prime = Signal(), Signal()
+        # (Named explicitly: stop() closes over them, see ``rows_left``.)
+        filling, in_prime = Signal(name="filling"), Signal(name="in_prime")
 
         def stop(state):
             m.d.sync += [self.state.eq(state), *(flag.eq(0) for flag in armed.values())]
@@ -686,7 +698,8 @@ class Sequencer(wiring.Component):
                                  *(register.eq(0) for register in counter_registers)]
                     m.d.comb += [program.read_addr.eq(self.start_pc), program.read_en.eq(1)]
                     if fast:
-                        m.d.sync += [fetch_addr.eq(self.start_pc + 1), filling.eq(1)]
+                        m.d.sync += [fetch_addr.eq(self.start_pc + 1), filling.eq(1),
+                                     fresh.eq(1)]
                     m.next = "Fill"
 
             # :func:`fetch_fill_cycles` cycles fill the fetch stage. With ``fast``: the first

@@ -437,7 +437,8 @@ async def bench_abort(io, cfg, rng):
 async def bench_abort_while_filling(io, cfg, rng):
     """Abort in each cycle in which the fetch stage fills (:func:`fetch_fill_cycles`): the
     core must stop before its first instruction does anything (no host row, state IDLE,
-    and it stays so), and the memories must be as the model left them."""
+    and it stays so), and the memories must be as the model left them. The counters must
+    read 0 from the cycle after START on."""
     model, weights = await _setup(io, cfg, rng)
     await load_program(io, cfg, [isa.write_host(0, 1), isa.halt()])
     out_codec = Codec(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes))
@@ -449,6 +450,12 @@ async def bench_abort_while_filling(io, cfg, rng):
         io.set("start", 1)
         await io.tick()
         io.set("start", 0)
+        await io.settle()
+        counters = {name: io.get(name) for name in ("cycles", "mxu_busy_cycles",
+                                                    "weight_stall_cycles", "instructions")}
+        if any(counters.values()):          # START clears them (the last run left some)
+            raise TestbenchError(f"[{io.simulator} core {cfg.name}] counters {counters} "
+                                 f"in the cycle after START")
         for _ in range(cycle):
             await io.tick()
         io.set("abort_run", 1)
