@@ -20,19 +20,23 @@ def uses_spram(platform, depth):
 
 
 class ProgramMemory(BlockRAM):
-    """``depth`` instructions of :data:`~tpuer.isa.INSTRUCTION_BITS` bits: the members and
-    latency of a :class:`~tpuer.hw.block_ram.BlockRAM` (``registered_output`` included).
+    """``depth`` instructions of :data:`~tpuer.isa.INSTRUCTION_BITS` bits, each with
+    ``extra_bits`` more beside it (above it in the word: what the sequencer works out from
+    the instruction as it is written): the members and latency of a
+    :class:`~tpuer.hw.block_ram.BlockRAM` (``registered_output`` included).
 
     Reads and writes must not fall in the same cycle: on an iCE40 UltraPlus the memory is
     four SB_SPRAM256KA blocks (16 bits each) sharing one address, the write has the port,
     and such a read returns garbage. (The sequencer reads only while it runs, and program
-    writes are refused then.) Elsewhere it is a :class:`~tpuer.hw.block_ram.BlockRAM`.
+    writes are refused then.) With extra bits, or elsewhere, it is a
+    :class:`~tpuer.hw.block_ram.BlockRAM`.
     """
 
-    def __init__(self, depth, *, registered_output=False):
+    def __init__(self, depth, *, registered_output=False, extra_bits=0):
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 2:
             raise ValueError(f"depth must be an integer of at least 2, not {depth!r}")
-        super().__init__(width=INSTRUCTION_BITS, depth=depth,
+        self._extra_bits = extra_bits
+        super().__init__(width=INSTRUCTION_BITS + extra_bits, depth=depth,
                          registered_output=registered_output)
 
     @property
@@ -40,7 +44,7 @@ class ProgramMemory(BlockRAM):
         return self._depth
 
     def elaborate(self, platform):
-        if not uses_spram(platform, self._depth):
+        if self._extra_bits or not uses_spram(platform, self._depth):
             return super().elaborate(platform)
         m = Module()
         address = Signal(14)            # the write's, else the read's

@@ -16,12 +16,24 @@ from .datapath import command_layouts
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
 from .program_memory import ProgramMemory
 
-__all__ = ["Sequencer", "STATUS_SHAPES", "control_shapes", "fetch_fill_cycles"]
+__all__ = ["Sequencer", "STATUS_SHAPES", "STORED_CHECK_BITS", "control_shapes",
+           "fetch_fill_cycles", "program_word_bits"]
 
 #: The status register and the performance counters, as the sequencer drives them and the
 #: core and the host interface pass them on.
 STATUS_SHAPES = {"state": CoreState, "error": ErrorCode, "error_pc": 17, "cycles": 32,
                  "mxu_busy_cycles": 32, "weight_stall_cycles": 32, "instructions": 32}
+
+
+#: Bits the instruction memory keeps beside each instruction with ``cfg.control_registers``
+#: (:meth:`Sequencer._stored_checks`): three flags and the nine range and value checks.
+STORED_CHECK_BITS = 12
+
+
+def program_word_bits(cfg):
+    """Bits of a word of the instruction memory: the instruction, and with
+    ``cfg.control_registers`` its stored checks."""
+    return INSTRUCTION_BITS + (STORED_CHECK_BITS if cfg.control_registers else 0)
 
 
 def fetch_fill_cycles(cfg):
@@ -190,6 +202,26 @@ class Sequencer(wiring.Component):
                 "many_tiles": above(n, cfg.weight_fifo_tiles + 1)}
 
     @staticmethod
+    def _stored_checks(decoded):
+        """The bits of a :meth:`_static_decode` that the instruction memory keeps beside an
+        instruction (with ``cfg.control_registers``): ``many_tiles``, ``no_opcode``,
+        ``bad_field`` and every check's outcome, in that order."""
+        return [decoded["many_tiles"], decoded["no_opcode"], decoded["bad_field"],
+                *(fails for code_checks in decoded["checks"].values()
+                  for fails, _ in code_checks)]
+
+    @staticmethod
+    def _unpack_checks(decoded, bits):
+        """What :meth:`_stored_checks` stored, from ``bits``: a dictionary like a
+        :meth:`_static_decode` (``decoded``, the instruction's own, gives the layout)."""
+        it = iter(range(len(bits)))
+        take = lambda: bits[next(it)]
+        unpacked = {key: take() for key in ("many_tiles", "no_opcode", "bad_field")}
+        unpacked["checks"] = {code: [(take(), error) for _, error in code_checks]
+                              for code, code_checks in decoded["checks"].items()}
+        return unpacked
+
+    @staticmethod
     def _judge(is_op, checks, no_opcode, bad_field):
         """The static error of an instruction from its checks (``checks``: per opcode, its
         ``(fails, ErrorCode)`` pairs in order; ``no_opcode``; ``bad_field``): the first
@@ -216,12 +248,18 @@ class Sequencer(wiring.Component):
         # The register stages that fast clocks need (``cfg.control_registers``) are
         # marked ``fast`` below.
         fast = bool(cfg.control_registers)
-        # With ``fast``, the memory's own output register holds ``following`` (below).
-        m.submodules.program = program = ProgramMemory(cfg.program_depth,
-                                                       registered_output=fast)
+        # With ``fast``, the memory's own output register holds ``following`` (below), and
+        # each instruction's static checks are worked out as it is written and stored
+        # beside it (``stored_checks``): the decode that follows the memory's output is
+        # then only the ends' adders and the opcode's one-hot bits.
+        written = data.View(INSTRUCTION_LAYOUT, self.program_write_data)
+        stored_checks = self._stored_checks(self._static_decode(m, written)) if fast else []
+        assert len(Cat(*stored_checks)) == program_word_bits(cfg) - INSTRUCTION_BITS
+        m.submodules.program = program = ProgramMemory(
+            cfg.program_depth, registered_output=fast, extra_bits=len(Cat(*stored_checks)))
         # The program cannot change while it runs (the memory may be single-ported).
         m.d.comb += [program.write_addr.eq(self.program_write_addr),
-                     program.write_data.eq(self.program_write_data),
+                     program.write_data.eq(Cat(self.program_write_data, *stored_checks)),
                      program.write_en.eq(self.program_write_en &
                                          (self.state != CoreState.RUNNING))]
 
@@ -255,7 +293,8 @@ class Sequencer(wiring.Component):
             # The memory's output register (on an ECP5 the DP16KD's own), which takes the
             # word read whenever the memory reads the next: so the retirement enables a
             # few block RAM pins, not a register of every bit.
-            following = program.read_data
+            following = program.read_data[:INSTRUCTION_BITS]
+            following_checks = program.read_data[INSTRUCTION_BITS:]
             m.d.comb += program.output_en.eq(program.read_en)
         else:
             upcoming = program.read_data
@@ -285,8 +324,10 @@ class Sequencer(wiring.Component):
         acc_watch = Signal(2)            # the same, with ``fast``, where they matter (below)
         half = cfg.acc_depth // 2
         if fast:
-            # ``upcoming``'s static decode, made as it was loaded.
+            # ``upcoming``'s static decode, made as it was loaded: its ends and one-hot
+            # opcode from ``following``, its checks as stored beside it.
             predecoded = self._static_decode(m, data.View(INSTRUCTION_LAYOUT, following))
+            stored = self._unpack_checks(predecoded, following_checks)
             # Its checks are kept one by one, and the error code and the flags made from
             # them as it is loaded, so that no chain of multiplexers follows the range
             # checks' carry chains within the cycle.
@@ -297,14 +338,15 @@ class Sequencer(wiring.Component):
                 fill_upcoming.append(register.eq(value))
                 return register
 
-            decoded = {key: kept(predecoded[key], key)
-                       for key in ("a_end", "b_end", "many_tiles", "no_opcode", "bad_field")}
+            decoded = {key: kept(predecoded[key], key) for key in ("a_end", "b_end")}
+            decoded.update({key: kept(stored[key], key)
+                            for key in ("many_tiles", "no_opcode", "bad_field")})
             decoded["is_op"] = {code: kept(predecoded["is_op"][code],
                                            f"is_{code.name.lower()}") for code in Opcode}
             decoded["checks"] = {
                 code: [(kept(fails, f"{code.name.lower()}_check{k}"), error)
                        for k, (fails, error) in enumerate(code_checks)]
-                for code, code_checks in predecoded["checks"].items()}
+                for code, code_checks in stored["checks"].items()}
             decoded["error"], decoded["bad"] = self._judge(
                 decoded["is_op"], decoded["checks"], decoded["no_opcode"], decoded["bad_field"])
         else:

@@ -450,16 +450,16 @@ async def bench_abort_while_filling(io, cfg, rng):
         io.set("start", 1)
         await io.tick()
         io.set("start", 0)
-        await io.settle()
-        counters = {name: io.get(name) for name in ("cycles", "mxu_busy_cycles",
-                                                    "weight_stall_cycles", "instructions")}
-        if any(counters.values()):          # START clears them (the last run left some)
-            raise TestbenchError(f"[{io.simulator} core {cfg.name}] counters {counters} "
-                                 f"in the cycle after START")
-        for _ in range(cycle):
+        for k in range(cycle + 1):          # abort in the cycle'th cycle after START
+            io.set("abort_run", int(k == cycle))
+            if k == 0:
+                await io.settle()
+                counters = {name: io.get(name) for name in (
+                    "cycles", "mxu_busy_cycles", "weight_stall_cycles", "instructions")}
+                if any(counters.values()):  # START clears them (the last run left some)
+                    raise TestbenchError(f"[{io.simulator} core {cfg.name}] counters "
+                                         f"{counters} in the cycle after START")
             await io.tick()
-        io.set("abort_run", 1)
-        await io.tick()
         io.set("abort_run", 0)
         states = set()
         until = io.cycle + 4 * cfg.rows + 20

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tpuer.config import Config
-from tpuer.isa import INSTRUCTION_BITS
+from tpuer.hw.sequencer import program_word_bits
 
 from tpuer.sim import cocotb_backend as backend
 
@@ -142,7 +142,7 @@ def test_block_with_reads_through_dp16kd_output_registers(block, cfg, tmp_path):
     verilog = backend.to_verilog(component, platform=platform)
     ub = dp16kd_blocks(cfg.ub_lanes * cfg.operand_width, 8)
     acc = dp16kd_blocks(cfg.cols * cfg.acc_width, 9)
-    program = dp16kd_blocks(INSTRUCTION_BITS, 9)
+    program = dp16kd_blocks(program_word_bits(cfg), 9)   # the instruction, its checks
     expected = {"unified_buffer": ub, "accumulators": acc, "datapath": ub + acc,
                 "core": program + ub + acc}[block]
     assert verilog.count("DP16KD ") == expected
