@@ -72,8 +72,10 @@ class Sequencer(wiring.Component):
     while the next one waits in another (without ``cfg.control_registers``, on the memory's
     output, and is decoded as it is loaded) and the memory reads the one after; with
     ``cfg.control_registers`` the next one waits already decoded, and the one after it in a
-    third register while it is decoded. :func:`fetch_fill_cycles` cycles fill this stage as
-    a run begins.
+    third register (the instruction memory's own output register) while it is decoded; its
+    static checks were worked out as the host wrote it and are stored beside it
+    (:data:`STORED_CHECK_BITS` more bits a word). :func:`fetch_fill_cycles` cycles fill
+    this stage as a run begins.
 
     Members
     -------
