@@ -90,14 +90,13 @@ class BlockRAM(wiring.Component):
         m = Module()
         if self._registered_output:
             # The word read, then a register of its own.
-            m.submodules.words = words = BlockRAM(width=self._width, depth=self._depth,
-                                                  granularity=self._granularity)
-            m.d.comb += [words.write_addr.eq(self.write_addr),
-                         words.write_data.eq(self.write_data),
-                         words.write_en.eq(self.write_en),
-                         words.read_addr.eq(self.read_addr), words.read_en.eq(self.read_en)]
+            m.submodules.ram = ram = BlockRAM(width=self._width, depth=self._depth,
+                                              granularity=self._granularity)
+            m.d.comb += [ram.write_addr.eq(self.write_addr), ram.write_data.eq(self.write_data),
+                         ram.write_en.eq(self.write_en),
+                         ram.read_addr.eq(self.read_addr), ram.read_en.eq(self.read_en)]
             with m.If(self.output_en):
-                m.d.sync += self.read_data.eq(words.read_data)
+                m.d.sync += self.read_data.eq(ram.read_data)
             return m
         if not is_ice40(platform):
             m.submodules.words = words = memory.Memory(

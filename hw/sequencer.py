@@ -445,9 +445,9 @@ class Sequencer(wiring.Component):
                 continue
             total = Signal(len(counter), name=f"{counter.name}_total")
             pending = Signal(name=f"{counter.name}_pending")
-            kept = Mux(fresh, 0, total)
-            m.d.sync += [total.eq(kept + pending), pending.eq(event)]
-            m.d.comb += counter.eq(kept + pending)
+            total_now = Mux(fresh, 0, total)
+            m.d.sync += [total.eq(total_now + pending), pending.eq(event)]
+            m.d.comb += counter.eq(total_now + pending)
 
         params = self.params
         # CONFIG says which parameters to write, a bit per parameter and lane. With
