@@ -28,8 +28,8 @@ class ProgramMemory(BlockRAM):
     Reads and writes must not fall in the same cycle: on an iCE40 UltraPlus the memory is
     four SB_SPRAM256KA blocks (16 bits each) sharing one address, the write has the port,
     and such a read returns garbage. (The sequencer reads only while it runs, and program
-    writes are refused then.) With extra bits, or elsewhere, it is a
-    :class:`~tpuer.hw.block_ram.BlockRAM`.
+    writes are refused then.) With extra bits or ``registered_output``, or elsewhere, it is
+    a :class:`~tpuer.hw.block_ram.BlockRAM`.
     """
 
     def __init__(self, depth, *, registered_output=False, extra_bits=0):
@@ -44,7 +44,8 @@ class ProgramMemory(BlockRAM):
         return self._depth
 
     def elaborate(self, platform):
-        if self._extra_bits or not uses_spram(platform, self._depth):
+        if (self._extra_bits or self._registered_output or
+                not uses_spram(platform, self._depth)):
             return super().elaborate(platform)
         m = Module()
         address = Signal(14)            # the write's, else the read's
@@ -64,9 +65,5 @@ class ProgramMemory(BlockRAM):
                 i_STANDBY=0, i_SLEEP=0, i_POWEROFF=1,
                 o_DATAOUT=word)
             words.append(word)
-        if self._registered_output:
-            with m.If(self.output_en):
-                m.d.sync += self.read_data.eq(Cat(*words))
-        else:
-            m.d.comb += self.read_data.eq(Cat(*words))
+        m.d.comb += self.read_data.eq(Cat(*words))
         return m
