@@ -68,6 +68,19 @@ def rest_cycles(cfg):
     return cfg.rows + 4
 
 
+def host_out_codec(cfg):
+    """The codec of the rows the core sends the host (accumulator words, a lane each)."""
+    return Codec(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes))
+
+
+async def pulse_start(io, start):
+    """START at instruction ``start``: ``start`` high for one cycle."""
+    io.set("start_pc", start)
+    io.set("start", 1)
+    await io.tick()
+    io.set("start", 0)
+
+
 async def run_on_core(io, cfg, *, start=0, host_in=(), rng=None, in_idle=0.0, out_stall=0.0,
                       max_cycles=20000):
     """Let the core rest, start the loaded program at ``start``, feed ``host_in``, collect
@@ -76,15 +89,11 @@ async def run_on_core(io, cfg, *, start=0, host_in=(), rng=None, in_idle=0.0, ou
     for _ in range(rest_cycles(cfg)):
         await io.tick()
     in_codec = Codec(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))
-    out_codec = Codec(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes))
     source = StreamSource("host_in", in_codec, list(host_in), idle=in_idle,
                           rng=random.Random(int(rng.integers(1 << 31))))
-    sink = StreamSink("host_out", out_codec, stall=out_stall,
+    sink = StreamSink("host_out", host_out_codec(cfg), stall=out_stall,
                       rng=random.Random(int(rng.integers(1 << 31))))
-    io.set("start_pc", start)
-    io.set("start", 1)
-    await io.tick()
-    io.set("start", 0)
+    await pulse_start(io, start)
     status = {"running": True}
 
     def watch(io):      # sampled when settled, so every simulator agrees on the cycle
@@ -413,12 +422,8 @@ async def bench_abort(io, cfg, rng):
     program = [isa.write_host(0, cfg.ub_depth), isa.write_host(0, cfg.acc_depth, from_acc=True),
                isa.halt()]
     await load_program(io, cfg, program)      # it only reads: the memories stay as they are
-    stuck = StreamSink("host_out", Codec(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes)),
-                       stall=1.0)
-    io.set("start_pc", 0)
-    io.set("start", 1)
-    await io.tick()
-    io.set("start", 0)
+    stuck = StreamSink("host_out", host_out_codec(cfg), stall=1.0)
+    await pulse_start(io, 0)
     until = io.cycle + 12
     await run_cycles(io, [stuck], until=lambda: io.cycle >= until, max_cycles=100)
     io.set("abort_run", 1)
@@ -441,15 +446,11 @@ async def bench_abort_while_filling(io, cfg, rng):
     read 0 from the cycle after START on."""
     model, weights = await _setup(io, cfg, rng)
     await load_program(io, cfg, [isa.write_host(0, 1), isa.halt()])
-    out_codec = Codec(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes))
     for cycle in range(fetch_fill_cycles(cfg)):
         for _ in range(rest_cycles(cfg)):
             await io.tick()
-        sink = StreamSink("host_out", out_codec)
-        io.set("start_pc", 0)
-        io.set("start", 1)
-        await io.tick()
-        io.set("start", 0)
+        sink = StreamSink("host_out", host_out_codec(cfg))
+        await pulse_start(io, 0)
         for k in range(cycle + 1):          # abort in the cycle'th cycle after START
             io.set("abort_run", int(k == cycle))
             if k == 0:
