@@ -8,56 +8,63 @@ from pathlib import Path
 
 from .isa_model import CoreModel
 
-__all__ = ["BACKENDS", "make_backend"]
+__all__ = ["BACKENDS", "make_backend", "budget_error"]
 
 BACKENDS = ("golden", "pysim", "verilator", "icarus", "serial")
 
 
+def budget_error(message):
+    from ..device import CycleBudgetError
+    return CycleBudgetError(message)
+
+
 class GoldenBackend:
     """The ISA-level model, timed by the cycle model: the same results and counters as
-    the RTL back ends. Like them, it starts every call from a core just out of reset."""
+    the RTL back ends. Like them, it starts every call from a core just out of reset and
+    runs the call's steps one after another, yielding (step, run) as each ends."""
 
     name = "golden"
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.model = CoreModel(cfg)
 
-    def run(self, steps):
+    def run(self, steps, *, max_cycles):
         from ..tb.core_tb import CoreRun
-        runs = []
-        self.model.timing.reset()
+        model = CoreModel(self.cfg)
+        used = 0
         for step in steps:
-            self.model.load_weights(0, step.weights)
-            self.model.load_program(step.program)
-            result = self.model.run(0, host_in=step.host_in)
-            runs.append(CoreRun(state=result.state, error=result.error,
+            model.load_weights(0, step.weights)
+            model.load_program(step.program)
+            result = model.run(0, host_in=step.host_in, max_cycles=max_cycles - used)
+            used += result.cycles
+            yield step, CoreRun(state=result.state, error=result.error,
                                 error_pc=result.error_pc, host_out=result.host_out,
                                 cycles=result.cycles, mxu_busy_cycles=result.mxu_busy_cycles,
                                 weight_stall_cycles=result.weight_stall_cycles,
-                                instructions=result.instructions))
-        return runs
+                                instructions=result.instructions)
 
 
 class PysimBackend:
-    """The RTL in amaranth.sim: one simulation per call, all steps in it."""
+    """The RTL in amaranth.sim: one simulation per call, all steps in it, a step made only
+    when the bench asks for it."""
 
     name = "pysim"
 
     def __init__(self, cfg):
         self.cfg = cfg
 
-    def run(self, steps):
+    def run(self, steps, *, max_cycles):
         from ..hw.core import Core
         from ..tb.core_tb import run_steps
         from ..tb.pysim import run_pysim
         runs = []
 
         async def bench(io, cfg):
-            runs.extend(await run_steps(io, cfg, steps))
+            await run_steps(io, cfg, steps, max_cycles=max_cycles,
+                            emit=lambda step, run: runs.append((step, run)))
 
         run_pysim(Core(self.cfg), bench, self.cfg)
-        return runs
+        yield from runs
 
 
 class CocotbBackend:
@@ -71,16 +78,29 @@ class CocotbBackend:
         self._backend = cocotb_backend
         self._built = None
 
-    def run(self, steps):
+    def run(self, steps, *, max_cycles):
         if self._built is None:
             self._built = self._backend.build("core", self.cfg, self.name)
         with tempfile.TemporaryDirectory() as tmp:
             job_in, job_out = Path(tmp) / "steps.pickle", Path(tmp) / "runs.pickle"
-            job_in.write_bytes(pickle.dumps(steps))
+            # The steps go to the simulator's process through a file, one pickle each,
+            # so that no list of them is ever held.
+            with open(job_in, "wb") as file:
+                for step in steps:
+                    pickle.dump(step, file)
             self._backend.run(self._built, test_module="tpuer.tb.jobs", testcase="core_steps",
                               extra_env={"TPUER_JOB_IN": str(job_in),
-                                         "TPUER_JOB_OUT": str(job_out)})
-            return pickle.loads(job_out.read_bytes())
+                                         "TPUER_JOB_OUT": str(job_out),
+                                         "TPUER_MAX_CYCLES": str(max_cycles)})
+            with open(job_in, "rb") as steps_file, open(job_out, "rb") as runs_file:
+                while True:
+                    try:
+                        run = pickle.load(runs_file)
+                    except EOFError:
+                        return
+                    if isinstance(run, str):          # the bench stopped the core
+                        raise budget_error(run)
+                    yield pickle.load(steps_file), run
 
 
 def make_backend(name, cfg, **options):

@@ -14,7 +14,7 @@ from .numerics import check_range
 from .timing_model import CoreTiming
 from .unified_buffer_model import UnifiedBufferModel
 
-__all__ = ["CoreModel", "RunResult"]
+__all__ = ["CoreModel", "RunResult", "estimate_cycles"]
 
 
 @dataclass
@@ -172,15 +172,17 @@ class CoreModel:
                 return ErrorCode.BAD_CONFIG
         return ErrorCode.NONE
 
-    def run(self, start=0, host_in=(), max_instructions=1_000_000, *, timed=True):
-        """Execute from ``start`` until HALT or an error. ``host_in`` supplies the rows that
+    def run(self, start=0, host_in=(), *, timed=True, max_cycles=10_000_000):
+        """Execute from ``start`` until HALT or an error (the program ends at the last
+        word of the instruction memory at the latest). ``host_in`` supplies the rows that
         READ_HOST takes, in order. Returns a :class:`RunResult`; with ``timed``, its
         ``cycles`` and ``weight_stall_cycles`` are those of a host that offers every row at
-        once and takes every answer at once."""
-        result = self._interpret(start, host_in, max_instructions)
+        once and takes every answer at once, and a run that passes ``max_cycles`` raises
+        :class:`~tpuer.device.CycleBudgetError`."""
+        result = self._interpret(start, host_in)
         if timed:
             timing = self.timing.run(result.trace, error=result.state is CoreState.ERROR,
-                                     host_rows=len(host_in))
+                                     host_rows=len(host_in), max_cycles=max_cycles)
             result.cycles = timing["cycles"]
             result.weight_stall_cycles = timing["weight_stall_cycles"]
             assert timing["mxu_busy_cycles"] == result.mxu_busy_cycles
@@ -188,7 +190,7 @@ class CoreModel:
         del result.trace
         return result
 
-    def _interpret(self, start, host_in, max_instructions):
+    def _interpret(self, start, host_in):
         cfg = self.cfg
         host_rows = deque(np.asarray(row, dtype=np.int64) for row in host_in)
         result = RunResult(state=CoreState.RUNNING)
@@ -204,8 +206,6 @@ class CoreModel:
             if error is not ErrorCode.NONE:
                 result.state, result.error, result.error_pc = CoreState.ERROR, error, pc
                 return result
-            if result.instructions >= max_instructions:
-                raise RuntimeError(f"more than {max_instructions} instructions: a loop?")
             self._execute(instr, host_rows, result)
             result.trace.append(instr)
             result.instructions += 1
@@ -261,3 +261,17 @@ class CoreModel:
                 self.zero_point = value
             else:
                 self.relu = bool(value)
+
+
+def estimate_cycles(cfg, program, limit=10_000_000):
+    """The cycles of ``program`` (instructions) run alone on a core just out of reset,
+    by the cycle model, with zero data; ``limit + 1`` if it would run longer."""
+    from ..device import CycleBudgetError
+    model = CoreModel(cfg)
+    model.load_program(program)
+    rows = sum(i.count for i in program if i.op is Opcode.READ_HOST)
+    try:
+        return model.run(0, host_in=np.zeros((rows, cfg.ub_lanes), np.int64),
+                         max_cycles=limit + 1).cycles
+    except CycleBudgetError:
+        return limit + 1

@@ -275,7 +275,8 @@ class CoreTiming:
     def run(self, trace, *, error=False, host_rows=0, max_cycles=10_000_000):
         """Time a run that executed ``trace`` (the :class:`~tpuer.isa.Instruction` s the
         ISA model retired, a final HALT included) and then, if ``error``, stopped at a bad
-        instruction. ``host_rows`` rows are offered for READ_HOST. Returns :class:`Timing`.
+        instruction. ``host_rows`` rows are offered for READ_HOST. Returns :class:`Timing`;
+        raises :class:`~tpuer.device.CycleBudgetError` once the run passes ``max_cycles``.
         """
         cfg = self.cfg
         half = cfg.acc_depth // 2
@@ -288,7 +289,9 @@ class CoreTiming:
             counters["cycles"] += 1
         while True:
             if counters["cycles"] >= max_cycles:
-                raise RuntimeError(f"the timing model ran {max_cycles} cycles: a hang?")
+                from ..device import CycleBudgetError
+                raise CycleBudgetError(f"the program ran past its cycle budget of "
+                                       f"{max_cycles:,} cycles (max_cycles)")
             matmul_busy, activate_busy, reader_busy = self._status()
             all_idle = not (matmul_busy or activate_busy or reader_busy or self.dma_busy)
             command, finished, retire, halted = {}, False, False, False

@@ -485,15 +485,33 @@ BENCHES = {
 }
 
 
-async def run_steps(io, cfg, steps):
-    """Run driver :class:`~tpuer.driver.Step` s one after another on the core (weights
-    loaded before each); returns one :class:`CoreRun` per step."""
+async def run_steps(io, cfg, steps, *, max_cycles=10_000_000, emit=None):
+    """Run driver :class:`~tpuer.driver.Step` s (any iterable) one after another on the
+    core (weights loaded before each); returns one :class:`CoreRun` per step, or hands
+    each to ``emit(step, run)`` as it ends. Raises :class:`~tpuer.device.CycleBudgetError` when the
+    core's cycles pass ``max_cycles`` in all."""
+    from ..device import CycleBudgetError
     idle_inputs(io)
-    runs = []
+    runs, used = [], 0
     for step in steps:
         await load_weights(io, cfg, step.weights)
         await load_program(io, cfg, step.program)
-        runs.append(await run_on_core(io, cfg, host_in=step.host_in,
-                                      max_cycles=100 * (len(step.host_in) + 100) +
-                                      sum(4 * i.count + 50 for i in step.program)))
+        # A core that hangs fails the bench at this bound, long before any budget.
+        bound = 100 * (len(step.host_in) + 100) + sum(4 * i.count + 50 for i in step.program)
+        left = max_cycles - used
+        try:
+            run = await run_on_core(io, cfg, host_in=step.host_in,
+                                    max_cycles=min(bound, left + 2))
+        except TestbenchError:
+            if bound <= left + 2:
+                raise
+            run = None
+        if run is None or run.cycles > left:
+            raise CycleBudgetError(f"the core ran past the call's cycle budget of "
+                                   f"{max_cycles:,} cycles (max_cycles)")
+        used += run.cycles
+        if emit is None:
+            runs.append(run)
+        else:
+            emit(step, run)
     return runs

@@ -68,13 +68,26 @@ async def speed(dut):
 
 @cocotb.test()
 async def core_steps(dut):
-    """Run the driver's program steps (a pickle in ``TPUER_JOB_IN``) on the core and pickle
-    the runs into ``TPUER_JOB_OUT``."""
+    """Run the driver's program steps (pickles, one after another, in ``TPUER_JOB_IN``) on
+    the core within ``TPUER_MAX_CYCLES`` cycles, and pickle each run into
+    ``TPUER_JOB_OUT`` as it ends; a message string, last, if the budget ran out."""
     import pickle
+    from ..device import CycleBudgetError
     from .core_tb import run_steps
-    with open(os.environ["TPUER_JOB_IN"], "rb") as f:
-        steps = pickle.load(f)
+
+    def steps(file):
+        while True:
+            try:
+                yield pickle.load(file)
+            except EOFError:
+                return
+
     io = await CocotbIO.start(dut)
-    runs = await run_steps(io, CONFIG, steps)
-    with open(os.environ["TPUER_JOB_OUT"], "wb") as f:
-        pickle.dump(runs, f)
+    with open(os.environ["TPUER_JOB_IN"], "rb") as job_in, \
+            open(os.environ["TPUER_JOB_OUT"], "wb") as job_out:
+        try:
+            await run_steps(io, CONFIG, steps(job_in),
+                            max_cycles=int(os.environ["TPUER_MAX_CYCLES"]),
+                            emit=lambda _step, run: pickle.dump(run, job_out))
+        except CycleBudgetError as error:
+            pickle.dump(str(error), job_out)

@@ -5,9 +5,9 @@ Subpackages: ``tpuer.hw`` (RTL), ``tpuer.sim`` (golden models, simulator back en
 """
 
 from .config import Config, ConfigError
-from .device import Device, TPUError
+from .device import CycleBudgetError, Device, TPUError
 from .quantize import Conv2D, Dense, QuantizedModel, quantize, quantize_mlp
 
-__all__ = ["Config", "ConfigError", "Device", "TPUError", "Dense", "Conv2D", "QuantizedModel",
+__all__ = ["Config", "ConfigError", "Device", "TPUError", "CycleBudgetError", "Dense", "Conv2D", "QuantizedModel",
            "quantize", "quantize_mlp"]
 __version__ = "0.1.0"

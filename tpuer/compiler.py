@@ -274,27 +274,37 @@ def _split(cfg, model, index, problem):
     return units
 
 
+def _segment_blocks(segment, items):
+    """(first item, items) of each program of ``segment`` for ``items`` input rows."""
+    return [(start, min(segment.block, items - start))
+            for start in range(0, items, segment.block)]
+
+
+def segment_templates(plan, segment, items):
+    """The distinct programs of ``segment`` for ``items`` input rows, as (how many times
+    it runs, program): every block is full but maybe the last."""
+    sizes = [size for _start, size in _segment_blocks(segment, items)]
+    return [(sizes.count(size), _segment_program(plan.cfg, plan.model, segment, size))
+            for size in sorted(set(sizes), reverse=True)]
+
+
 def segment_steps(plan, segment, rows):
     """Driver steps (one program per block) of ``segment`` for its input ``rows`` (int8,
-    shape (items, K of its first layer))."""
+    shape (items, K of its first layer)), made one by one as they are asked for."""
     from .driver import Step
     cfg, model = plan.cfg, plan.model
     first = model.layers[segment.layers[0]]
     k0, k1, _, _ = _layer_tiles(cfg, first, segment)
-    padded = np.zeros((len(rows), _tiles(first.k, cfg.rows) * cfg.rows), np.int64)
-    padded[:, :first.k] = rows
-    padded = padded[:, k0 * cfg.rows:k1 * cfg.rows]
     kt = k1 - k0
-    steps = []
-    for start in range(0, len(rows), segment.block):
-        block = padded[start:start + segment.block]
-        host_in = np.zeros((kt * len(block), cfg.ub_lanes), np.int64)
+    for start, size in _segment_blocks(segment, len(rows)):
+        block = np.zeros((size, kt * cfg.rows), np.int64)
+        part = rows[start:start + size, k0 * cfg.rows:min(first.k, k1 * cfg.rows)]
+        block[:, :part.shape[1]] = part
+        host_in = np.zeros((kt * size, cfg.ub_lanes), np.int64)
         for i in range(kt):
-            host_in[i * len(block):(i + 1) * len(block), :cfg.rows] = \
-                block[:, i * cfg.rows:(i + 1) * cfg.rows]
-        steps.append(Step(_segment_program(cfg, model, segment, len(block)), segment.weights,
-                          list(host_in), outputs=[(start, len(block))]))
-    return steps
+            host_in[i * size:(i + 1) * size, :cfg.rows] = block[:, i * cfg.rows:(i + 1) * cfg.rows]
+        yield Step(_segment_program(cfg, model, segment, size), segment.weights, host_in,
+                   outputs=[(start, size)])
 
 
 def segment_outputs(plan, segment, steps, host_rows):

@@ -1,12 +1,13 @@
 """The demos: the main job (a quantised network on the digits, run whole on the simulated
 TPU), and the matrix unit alone (its Verilog, and a random product through it)."""
 
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from .progress import ProgressBar
 
 __all__ = ["run_network_demo", "run_matrix_unit_demo", "DEMO_CONFIG"]
 
@@ -23,27 +24,6 @@ def _default_config():
 #: The TPU the network demos run on: an 8x8 array with room for the digits networks'
 #: weights (64 tiles = 4 KiB) and blocks of 64 samples (a 1024-row Unified Buffer, 8 KiB).
 DEMO_CONFIG = _default_config()
-
-
-class ProgressBar:
-    """A one-line progress bar on standard error: ``label [#####.....] done/total``."""
-
-    def __init__(self, label, total, width=30, stream=None):
-        self.label, self.total, self.width = label, max(1, total), width
-        self.stream = stream or sys.stderr
-        self.started = time.perf_counter()
-        self.update(0)
-
-    def update(self, done):
-        filled = int(self.width * done / self.total)
-        elapsed = time.perf_counter() - self.started
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
-                          f"{done}/{self.total} {elapsed:5.1f} s")
-        self.stream.flush()
-
-    def close(self):
-        self.stream.write("\n")
-        self.stream.flush()
 
 
 def build_network(kind, digits, seed=0):

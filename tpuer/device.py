@@ -1,14 +1,22 @@
 """``tpuer.Device``: the public API of a TPU, whatever runs it."""
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from .config import Config
-from .driver import MAX_EXACT_K, Step, assemble_matmul, plan_matmul
+from .driver import MAX_EXACT_K, Step, plan_matmul
 from .isa import CoreState, ErrorCode, Instruction, Opcode
 
-__all__ = ["Device", "TPUError", "ProgramResult"]
+__all__ = ["Device", "TPUError", "CycleBudgetError", "ProgramResult", "CYCLE_BUDGETS"]
+
+#: The default cycle budget of a call on each back end: about ten minutes of work on this
+#: back end's simulator (the board's figure is 100 s at 100 MHz).
+CYCLE_BUDGETS = {"golden": 100_000_000, "pysim": 1_000_000, "verilator": 20_000_000,
+                 "icarus": 2_000_000, "serial": 10_000_000_000}
+#: A call estimated above this many cycles shows a progress bar on a terminal.
+PROGRESS_CYCLES = 1_000_000
 
 
 @dataclass
@@ -26,6 +34,11 @@ class TPUError(RuntimeError):
     """The core stopped with an error (the message has the code and the instruction)."""
 
 
+class CycleBudgetError(TPUError):
+    """A call needs more cycles than its budget (``max_cycles``): refused before it ran,
+    with the cycle model's estimate, or stopped when the core passed the budget."""
+
+
 def _check_int8_array(name, value, ndim):
     if not isinstance(value, np.ndarray):
         raise TypeError(f"{name} must be a NumPy array of dtype int8, not {type(value).__name__}")
@@ -41,6 +54,33 @@ def _check_int8_matrix(name, value):
         raise ValueError(f"{name} must not be empty, its shape is {value.shape}")
 
 
+def _instruction(index, item):
+    """Item ``index`` of a program: an :class:`Instruction` or a 64-bit word (a Python
+    or NumPy integer; never a float or a bool, which would be read as some instruction)."""
+    if isinstance(item, Instruction):
+        return item
+    if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+        raise TypeError(f"program[{index}] must be an Instruction or a 64-bit integer word, "
+                        f"not {type(item).__name__} {item!r}")
+    if not 0 <= int(item) < 1 << 64:
+        raise ValueError(f"program[{index}] = {int(item):#x} is not a 64-bit instruction word")
+    return Instruction.decode(int(item))
+
+
+class _Reporter:
+    """Progress told to a function of the programs done, or to no one."""
+
+    def __init__(self, report):
+        self.report = report
+
+    def update(self, done):
+        if self.report is not None:
+            self.report(done)
+
+    def close(self):
+        pass
+
+
 class Device:
     """A TPU with configuration ``config``, run by ``backend``:
 
@@ -50,6 +90,17 @@ class Device:
     * ``"verilator"``, ``"icarus"``: the RTL's Verilog, through cocotb;
     * ``"serial"``: a TPU on a board, over its serial port: ``port=`` (for example
       ``/dev/ttyUSB1``, or the pseudo-terminal of a simulated board) and ``baud=``.
+
+    **State between calls.** Each call (:meth:`run_program`, :meth:`matmul`, :meth:`run`)
+    starts from a core as it is after reset: every memory (Unified Buffer, accumulators,
+    weight memory, instruction memory) holds zeros, the Weight FIFO is empty, the active
+    weights are zero and the activation parameters have their defaults. Within a call,
+    its programs share the core, one after another. Every back end keeps exactly this; the
+    serial one clears, before a call, what the previous call left on the board.
+
+    **Cycle budget.** Every call takes ``max_cycles`` (default :data:`CYCLE_BUDGETS` of the
+    back end): a call whose estimate is larger is refused before it runs, and a run that
+    passes it is stopped, both with :class:`CycleBudgetError`.
 
     After each call, :attr:`stats` holds ``cycles``, ``mxu_busy_cycles``,
     ``weight_stall_cycles``, ``macs`` (useful multiply-accumulates), ``instructions`` and
@@ -64,22 +115,70 @@ class Device:
         if config.operand_width != 8:
             raise ValueError(f"Device speaks int8: the configuration's operand_width must be 8, "
                              f"not {config.operand_width}")
-        if backend not in BACKENDS:
+        if not isinstance(backend, str) or backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         self.config = config
         self.backend = backend
         self._backend = make_backend(backend, config, **options)
         self.stats = {}
 
-    def run_program(self, program, *, weights=None, host_in=None):
+    # --- cycle budgets and progress ------------------------------------------------------
+
+    def _budget(self, max_cycles):
+        if max_cycles is None:
+            return CYCLE_BUDGETS[self.backend]
+        if isinstance(max_cycles, (bool, np.bool_)) or not isinstance(max_cycles,
+                                                                      (int, np.integer)):
+            raise TypeError(f"max_cycles must be a positive integer, not {max_cycles!r}")
+        if max_cycles < 1:
+            raise ValueError(f"max_cycles must be a positive integer, not {max_cycles}")
+        return int(max_cycles)
+
+    def _refuse_above(self, budget, templates, what):
+        """Refuse the call if the cycle model's estimate of ``templates`` ((count, program)
+        pairs) exceeds ``budget``; return the estimate."""
+        from .sim.isa_model import estimate_cycles
+        estimate = 0
+        for count, program in templates:
+            estimate += count * estimate_cycles(self.config, program, budget - estimate)
+            if estimate > budget:
+                break
+        if estimate > budget:
+            raise CycleBudgetError(
+                f"{what} needs about {estimate:,} cycles or more by the cycle model, over "
+                f"its budget of max_cycles={budget:,} (the {self.backend} back end's "
+                f"default is {CYCLE_BUDGETS[self.backend]:,}); pass a larger max_cycles or "
+                f"split the work")
+        return estimate
+
+    @staticmethod
+    def _progress(progress, estimate, total, label):
+        """What shows the progress of a call of ``total`` programs: ``update(done)``
+        after each program, ``close()`` at the end."""
+        if callable(progress):
+            return _Reporter(lambda done: progress(done, total))
+        if progress is None:
+            progress = estimate >= PROGRESS_CYCLES and sys.stderr.isatty()
+        if not progress:
+            return _Reporter(None)
+        from .progress import ProgressBar
+        return ProgressBar(label, total)
+
+    # --- calls ---------------------------------------------------------------------------
+
+    def run_program(self, program, *, weights=None, host_in=None, max_cycles=None):
         """Run one program (a list of :class:`~tpuer.isa.Instruction` or 64-bit words)
         from instruction 0, with ``weights`` (int8, shape (tiles, rows, cols)) loaded at
         tile 0 and ``host_in`` (int8, shape (n, ub_lanes)) offered to READ_HOST. Returns a
         :class:`ProgramResult`; :attr:`stats` holds the counters. A program that stops
-        with an error is a result too, not an exception."""
+        with an error is a result too, not an exception; so is one that runs past the end
+        of the instruction memory (``PROGRAM_END``: the words after the program are zero,
+        NOP)."""
         cfg = self.config
-        program = [item if isinstance(item, Instruction) else Instruction.decode(item)
-                   for item in program]
+        if isinstance(program, (str, bytes)) or not hasattr(program, "__iter__"):
+            raise TypeError(f"program must be a list of Instructions or 64-bit words, not "
+                            f"{type(program).__name__}")
+        program = [_instruction(index, item) for index, item in enumerate(program)]
         if not 1 <= len(program) <= cfg.program_depth:
             raise ValueError(f"a program has 1 to {cfg.program_depth} instructions "
                              f"(Config.program_depth), not {len(program)}")
@@ -104,8 +203,11 @@ class Device:
         if wanted > len(host_in):
             raise ValueError(f"the program's READ_HOST instructions take {wanted} rows, but "
                              f"host_in has {len(host_in)}: the core would wait for them")
-        step = Step(program, weights.astype(np.int64), list(host_in.astype(np.int64)))
-        run = self._backend.run([step])[0]
+        budget = self._budget(max_cycles)
+        if self.backend != "golden":       # there the run itself is the cycle model's
+            self._refuse_above(budget, [(1, program)], "this program")
+        step = Step(program, weights.astype(np.int64), host_in.astype(np.int64))
+        [(_, run)] = list(self._backend.run([step], max_cycles=budget))
         self._set_stats({"cycles": run.cycles, "mxu_busy_cycles": run.mxu_busy_cycles,
                          "weight_stall_cycles": run.weight_stall_cycles,
                          "macs": run.mxu_busy_cycles * cfg.rows * cfg.cols,
@@ -116,49 +218,65 @@ class Device:
         return ProgramResult(state=run.state, error=run.error, error_pc=run.error_pc,
                              host_out=rows.astype(np.int32))
 
-    def run(self, model, x, *, progress=None):
+    def run(self, model, x, *, progress=None, max_cycles=None):
         """The int8 output of quantised ``model`` (:func:`tpuer.quantize`) for int8 input
         ``x``, computed on the TPU; equal, bit for bit, to ``model.reference(x)``.
-        :attr:`stats` holds the counters of every program it ran; ``progress``, if given,
-        is called with (programs done, programs in all) after each segment."""
-        from .compiler import compile_model, segment_outputs, segment_steps
+        :attr:`stats` holds the counters of every program it ran. ``progress``: a function
+        called with (programs done, programs in all) after each program, ``True`` or
+        ``False`` for a progress bar on standard error or none, or ``None`` (a bar on a
+        terminal for long work). ``max_cycles``: the cycle budget (see :class:`Device`)."""
+        from .compiler import (compile_model, segment_outputs, segment_steps,
+                               segment_templates)
+        from .quantize import QuantizedModel
+        if not isinstance(model, QuantizedModel):
+            raise TypeError(f"model must be a tpuer.QuantizedModel (from tpuer.quantize), "
+                            f"not {type(model).__name__}")
         model.check_input(x)
+        budget = self._budget(max_cycles)
         plan = compile_model(self.config, model)
         batch = len(x)
+        templates = [template for seg in plan.segments
+                     for template in segment_templates(plan, seg,
+                                                       self._segment_items(model, seg, batch))]
+        estimate = self._refuse_above(budget, templates, f"this batch of {batch}")
+        programs_total = sum(count for count, _ in templates)
         totals = {"cycles": 0, "mxu_busy_cycles": 0, "weight_stall_cycles": 0,
                   "instructions": 0}
-        programs_total = sum(-(-self._segment_items(model, seg, batch) // seg.block)
-                             for seg in plan.segments)
-        programs = 0
-        act, pieces = x, []
-        for unit in plan.units:
-            seg = unit[-1]
-            first = model.layers[seg.layers[0]]
-            rows = first.rows_of(act)
-            # The parts of a layer cut along K alternate block by block: the partial sums
-            # of a block stay in the accumulators until its last part.
-            parts = [segment_steps(plan, part, rows) for part in unit]
-            steps = [step for block in zip(*parts) for step in block]
-            runs = self._backend.run(steps)
-            for run in runs:
-                if run.state is not CoreState.HALTED:
-                    raise TPUError(f"a program of layers {seg.layers} stopped in "
-                                   f"{run.state.name} with {run.error.name} at instruction "
-                                   f"{run.error_pc}")
-                for name in totals:
-                    value = getattr(run, name)
-                    totals[name] = None if value is None or totals[name] is None \
-                        else totals[name] + value
-            programs += len(runs)
-            if progress is not None:
-                progress(programs, programs_total)
-            columns = segment_outputs(plan, seg, parts[-1],
-                                      [run.host_out for run in runs[len(unit) - 1::len(unit)]])
-            last = model.layers[seg.layers[-1]]
-            pieces.append(columns)
-            if sum(piece.shape[1] for piece in pieces) == last.n:
-                act = last.output_of(np.concatenate(pieces, axis=1).astype(np.int8), batch)
-                pieces = []
+        bar = self._progress(progress, estimate, programs_total, "tpuer run")
+        act, pieces, programs = x, [], 0
+        try:
+            for unit in plan.units:
+                seg = unit[-1]
+                first = model.layers[seg.layers[0]]
+                rows = first.rows_of(act)
+                # The parts of a layer cut along K alternate block by block: the partial
+                # sums of a block stay in the accumulators until its last part.
+                parts = [segment_steps(plan, part, rows) for part in unit]
+                steps = (step for block in zip(*parts) for step in block)
+                finished, outputs = [], []
+                left = budget - (totals["cycles"] or 0)
+                for index, (step, run) in enumerate(self._backend.run(steps, max_cycles=left)):
+                    if run.state is not CoreState.HALTED:
+                        raise TPUError(f"a program of layers {seg.layers} stopped in "
+                                       f"{run.state.name} with {run.error.name} at "
+                                       f"instruction {run.error_pc}")
+                    for name in totals:
+                        value = getattr(run, name)
+                        totals[name] = None if value is None or totals[name] is None \
+                            else totals[name] + value
+                    if index % len(unit) == len(unit) - 1:
+                        finished.append(step)
+                        outputs.append(run.host_out)
+                    programs += 1
+                    bar.update(programs)
+                columns = segment_outputs(plan, seg, finished, outputs)
+                last = model.layers[seg.layers[-1]]
+                pieces.append(columns)
+                if sum(piece.shape[1] for piece in pieces) == last.n:
+                    act = last.output_of(np.concatenate(pieces, axis=1).astype(np.int8), batch)
+                    pieces = []
+        finally:
+            bar.close()
         self._set_stats({**totals, "macs": model.macs_per_sample * batch, "programs": programs})
         return act
 
@@ -178,33 +296,40 @@ class Device:
             return batch * int(np.prod(layer.output_shape[:-1]))
         return batch
 
-    def matmul(self, a, b):
-        """The exact int32 product of int8 ``a`` (M, K) and int8 ``b`` (K, N)."""
+    def matmul(self, a, b, *, max_cycles=None, progress=None):
+        """The exact int32 product of int8 ``a`` (M, K) and int8 ``b`` (K, N).
+        ``max_cycles`` and ``progress`` as for :meth:`run`. The programs are made one at a
+        time as the back end runs them, so memory stays bounded for any M, K and N."""
         _check_int8_matrix("a", a)
         _check_int8_matrix("b", b)
         if a.shape[1] != b.shape[0]:
             raise ValueError(f"a has {a.shape[1]} columns but b has {b.shape[0]} rows")
         if a.shape[1] > MAX_EXACT_K:
             raise ValueError(f"K = {a.shape[1]} could overflow int32; at most {MAX_EXACT_K}")
-        steps = plan_matmul(self.config, a.astype(np.int64), b.astype(np.int64))
-        runs = self._backend.run(steps)
-        for index, run in enumerate(runs):
-            if run.state is not CoreState.HALTED:
-                raise TPUError(f"program {index} of the matmul stopped in {run.state.name} "
-                               f"with {run.error.name} at instruction {run.error_pc}")
-        result = assemble_matmul(self.config, a.shape[0], b.shape[1], steps,
-                                 [run.host_out for run in runs])
-
-        def total(name):
-            values = [getattr(run, name) for run in runs]
-            return None if any(v is None for v in values) else int(sum(values))
-
-        self._set_stats({
-            "cycles": total("cycles"),
-            "mxu_busy_cycles": total("mxu_busy_cycles"),
-            "weight_stall_cycles": total("weight_stall_cycles"),
-            "macs": int(a.shape[0] * a.shape[1] * b.shape[1]),
-            "instructions": total("instructions"),
-            "programs": len(runs),
-        })
-        return result
+        budget = self._budget(max_cycles)
+        plan = plan_matmul(self.config, a, b)
+        estimate = self._refuse_above(budget, plan.templates(),
+                                      f"the {a.shape[0]}x{a.shape[1]}x{b.shape[1]} product")
+        result = np.zeros((a.shape[0], plan.n_tiles * self.config.cols), dtype=np.int32)
+        totals = dict.fromkeys(("cycles", "mxu_busy_cycles", "weight_stall_cycles",
+                                "instructions"), 0)
+        programs = 0
+        bar = self._progress(progress, estimate, len(plan), "tpuer matmul")
+        try:
+            for step, run in self._backend.run(plan.steps(), max_cycles=budget):
+                if run.state is not CoreState.HALTED:
+                    raise TPUError(f"program {programs} of the matmul stopped in "
+                                   f"{run.state.name} with {run.error.name} at instruction "
+                                   f"{run.error_pc}")
+                plan.place(result, step, run.host_out)
+                for name in totals:
+                    value = getattr(run, name)
+                    totals[name] = None if value is None or totals[name] is None \
+                        else totals[name] + value
+                programs += 1
+                bar.update(programs)
+        finally:
+            bar.close()
+        self._set_stats({**totals, "macs": int(a.shape[0] * a.shape[1] * b.shape[1]),
+                         "programs": programs})
+        return result[:, :b.shape[1]]
