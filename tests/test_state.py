@@ -100,6 +100,9 @@ def test_a_product_over_its_budget_is_refused_with_the_estimate():
     b = np.zeros((256, 256), np.int8)
     with pytest.raises(tpuer.CycleBudgetError, match=r"about [\d,]+ cycles") as error:
         device.matmul(a, b)
+    # at least the multiply's own cycles: a row of K tiles per N tile
+    estimate = int(str(error.value).split("about ")[1].split(" cycles")[0].replace(",", ""))
+    assert estimate >= 10**6 * 32 * 32
     assert "max_cycles=100,000,000" in str(error.value)
     for bad in (0, -5, 1.5, True, "10"):
         with pytest.raises((TypeError, ValueError), match="max_cycles"):
@@ -116,3 +119,25 @@ def test_the_board_clears_what_earlier_calls_left():
         device = tpuer.Device(CFG, backend="serial", port=board.port, timeout=2.0)
         dirty_everything(device)
         check_fresh(device)
+
+
+def test_a_product_is_planned_in_bounded_memory():
+    """The programs of a product are made as they run: the memory a product takes beyond
+    its operands and result stays small however many programs it runs."""
+    import tracemalloc
+    rng = np.random.default_rng()
+    cfg = tpuer.Config(rows=4, cols=4, ub_depth=32, acc_depth=16, weight_tiles=8)
+    device = tpuer.Device(cfg)
+    a = rng.integers(-128, 128, (3000, 40)).astype(np.int8)
+    b = rng.integers(-128, 128, (40, 6)).astype(np.int8)
+    device.matmul(a[:1], b)          # the modules it imports are not the product's memory
+    tracemalloc.start()
+    try:
+        result = device.matmul(a, b)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(result, a.astype(np.int64) @ b)
+    assert device.stats["programs"] > 2000
+    # All the programs and their input rows at once took 18.6 MB.
+    assert peak < 2 * result.nbytes + 1_500_000, peak

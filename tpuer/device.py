@@ -138,17 +138,17 @@ class Device:
         """Refuse the call if the cycle model's estimate of ``templates`` ((count, program)
         pairs) exceeds ``budget``; return the estimate."""
         from .sim.isa_model import estimate_cycles
-        estimate = 0
+        estimate, cut = 0, False
         for count, program in templates:
-            estimate += count * estimate_cycles(self.config, program, budget - estimate)
-            if estimate > budget:
-                break
+            cycles = estimate_cycles(self.config, program, budget)
+            cut = cut or cycles > budget
+            estimate += count * cycles
         if estimate > budget:
             raise CycleBudgetError(
-                f"{what} needs about {estimate:,} cycles or more by the cycle model, over "
-                f"its budget of max_cycles={budget:,} (the {self.backend} back end's "
-                f"default is {CYCLE_BUDGETS[self.backend]:,}); pass a larger max_cycles or "
-                f"split the work")
+                f"{what} needs {'more than' if cut else 'about'} {estimate:,} cycles by the "
+                f"cycle model, over its budget of max_cycles={budget:,} (the "
+                f"{self.backend} back end's default is {CYCLE_BUDGETS[self.backend]:,}); "
+                f"pass a larger max_cycles or split the work")
         return estimate
 
     @staticmethod
