@@ -15,7 +15,7 @@ from .boards import DEVICE_MULTIPLIERS, board as find_board
 from .block_bench import BlockBenchTop
 from .top import BoardTop, board_pll
 
-__all__ = ["BuildError", "build_board", "multipliers_needed", "parse_nextpnr_log",
+__all__ = ["BuildError", "BuildOptionError", "build_board", "multipliers_needed", "parse_nextpnr_log",
            "program_board", "report_table", "tool_options"]
 
 #: Amaranth finds each tool through an environment variable named after it; these are the
@@ -70,6 +70,10 @@ def multipliers_needed(rtlil, family):
 
 class BuildError(RuntimeError):
     """The build failed or missed its clock target; the message says which and by how much."""
+
+
+class BuildOptionError(BuildError, ValueError):
+    """An option of a build is out of range or does not fit the board (nothing was built)."""
 
 
 def _find_tool(tool):
@@ -166,28 +170,30 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
         try:
             check_block(block)
         except ValueError as error:
-            raise BuildError(str(error)) from None
+            raise BuildOptionError(str(error)) from None
         if program:
-            raise BuildError(f"the bitstream of the block {block} alone computes nothing "
-                             f"useful; it is built for its report, not to be programmed")
+            raise BuildOptionError(f"the bitstream of the block {block} alone computes "
+                                   f"nothing useful; it is built for its report, not to be "
+                                   f"programmed")
     if clock_mhz is not None:
         if isinstance(clock_mhz, bool) or not isinstance(clock_mhz, (int, float)) or \
                 not clock_mhz > 0:
-            raise BuildError(f"the clock target must be a positive number of MHz, not "
-                             f"{clock_mhz!r}")
+            raise BuildOptionError(f"the clock target must be a positive number of MHz, "
+                                   f"not {clock_mhz!r}")
         board = replace(board, clock_mhz=float(clock_mhz))
         if board.baud_error > 0.02:
-            raise BuildError(f"at {board.clock_mhz:g} MHz the UART's bit time is "
-                             f"{board.baud_error:.1%} off {board.baud} baud (2% at most); "
-                             f"choose a faster clock")
+            raise BuildOptionError(f"at {board.clock_mhz:g} MHz the UART's bit time is "
+                                   f"{board.baud_error:.1%} off {board.baud} baud (2% at "
+                                   f"most); choose a faster clock")
     if global_reset is not None:
         if global_reset and board.family != "ecp5":
-            raise BuildError("a reset on a clock network (--global-reset) is made for the "
-                             "ECP5 boards only")
+            raise BuildOptionError("a reset on a clock network (--global-reset) is made for "
+                                   "the ECP5 boards only")
         board = replace(board, global_reset=bool(global_reset))
     cfg = board.config
     if rows is not None or cols is not None:
-        cfg = replace(cfg, rows=rows or cfg.rows, cols=cols or cfg.cols)
+        cfg = replace(cfg, rows=cfg.rows if rows is None else rows,
+                      cols=cfg.cols if cols is None else cols)
     if activation_steps is not None:
         cfg = replace(cfg, activation_steps=activation_steps)
     if multiply_latency is not None:
@@ -210,8 +216,8 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
     placer = board.placer if placer is None else placer
     _check_choice(placer, PLACERS, "the placer")
     if timing_weight is not None and placer not in (None, "heap"):
-        raise BuildError(f"the timing weight is an option of the heap placer, not of "
-                         f"{placer}")
+        raise BuildOptionError(f"the timing weight is an option of the heap placer, not "
+                               f"of {placer}")
     # The board's weight is its heap placer's: another placer goes without it.
     if timing_weight is None and placer in (None, "heap"):
         timing_weight = board.timing_weight
@@ -293,14 +299,14 @@ def _check_positive_int(value, what):
     integer."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
                               value < 1):
-        raise BuildError(f"{what} must be a positive integer, not {value!r}")
+        raise BuildOptionError(f"{what} must be a positive integer, not {value!r}")
 
 
 def _check_choice(value, choices, what):
     """Refuse ``value`` (``what``, a nextpnr option) unless it is ``None`` or one of
     ``choices``."""
     if value is not None and value not in choices:
-        raise BuildError(f"{what} must be one of {', '.join(choices)}, not {value!r}")
+        raise BuildOptionError(f"{what} must be one of {', '.join(choices)}, not {value!r}")
 
 
 def _check_multipliers(board, cfg, device, rtlil):

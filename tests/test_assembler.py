@@ -145,6 +145,6 @@ def test_asm_disasm_and_run_commands(tmp_path):
 
     source.write_text("matmul 1, 2\n")
     failed = tpuer_cli("asm", str(source))
-    assert failed.returncode == 1 and "prog.s:1: matmul needs 3 operands" in failed.stderr
+    assert failed.returncode == 2 and "prog.s:1: matmul needs 3 operands" in failed.stderr
     no_rows = tpuer_cli("run", str(tmp_path / "prog.bin"), "--weights", str(tmp_path / "w.npy"))
-    assert no_rows.returncode == 1 and "take 8 rows, but host_in has 0" in no_rows.stderr
+    assert no_rows.returncode == 2 and "take 8 rows, but host_in has 0" in no_rows.stderr

@@ -82,3 +82,42 @@ def test_verilog_takes_every_configuration_field_and_refuses_a_bad_one():
     assert "shifts_left" in serial.stdout and "shifts_left" not in parallel.stdout
     bad = tpuer("verilog", "--block", "activation", "--activation-steps", "3")
     assert bad.returncode != 0 and "activation_steps must be 0" in bad.stderr
+
+
+def _bad_files(folder):
+    (folder / "latin1.s").write_bytes(b"\xff\xfe halt\n")
+    (folder / "odd.bin").write_bytes(b"1234567")
+    (folder / "ok.s").write_text("halt\n")
+    (folder / "squares.s").write_text("A0 = 3\n" + "".join(f"A{i} = A{i - 1} * A{i - 1}\n"
+                                                           for i in range(1, 41)) + "halt\n")
+    (folder / "nested.s").write_text("read_host " + "(" * 300 + "1" + ")" * 300 + ", 1\nhalt\n")
+    (folder / "negated.s").write_text("read_host " + "-" * 5000 + "1, 1\nhalt\n")
+    (folder / "text.npy").write_text("not an array")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["asm", "latin1.s"], "latin1.s: not UTF-8 text"),
+    (["asm", "odd.bin"], "7 bytes is not a whole number of 8-byte instructions"),
+    (["asm", "ok.s", "-o", "missing/ok.bin"], "the folder"),
+    (["asm", "squares.s"], "squares.s:8: 'A6 * A6' is 2**202 or more"),
+    (["asm", "nested.s"], "is not an operand"),
+    (["asm", "negated.s"], "longer than 1000 characters"),
+    (["asm", "no-such-file.s"], "No such file or directory"),
+    (["disasm", "odd.bin"], "7 bytes is not a whole number"),
+    (["run", "ok.s", "-o", "missing/out.npy"], "the folder"),
+    (["run", "ok.s", "--input", "text.npy"], "--input text.npy: not a NumPy .npy file"),
+    (["run", "ok.s", "--rows", "0"], "rows must be between 1 and 256, not 0"),
+    (["build", "--board", "icebreaker", "--rows", "0"], "rows must be between 1 and 256, not 0"),
+    (["verilog", "--cols", "300"], "cols must be between 1 and 256, not 300"),
+    (["bench", "--rows", "-1"], "rows must be between 1 and 256, not -1"),
+])
+def test_bad_input_gets_one_line_and_exit_code_2(tmp_path, args, message):
+    """Every bad input of every command: one line naming the problem, exit code 2, no
+    traceback, and in time (``squares.s`` once took forever)."""
+    _bad_files(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "tpuer", *args], capture_output=True,
+                            text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert result.stderr.startswith(f"tpuer {args[0]}: ")
+    assert not (tmp_path / "missing").exists()

@@ -106,3 +106,41 @@ def test_bad_device_arguments_are_refused():
         tpuer.Device(config={"rows": 4})
     with pytest.raises(ValueError, match="operand_width must be 8"):
         tpuer.Device(tpuer.Config(operand_width=4, acc_width=16))
+
+
+def test_bad_api_input_is_a_clear_type_or_value_error():
+    """Every entry point names the bad argument, instead of a wrong answer or a traceback
+    from deep inside; NumPy's integers are taken wherever Python's are."""
+    from tpuer import isa
+    device = tpuer.Device(SMALL)
+    for word, kind, text in [(1.7, TypeError, "not float 1.7"), (True, TypeError, "not bool"),
+                             ("halt", TypeError, "not str"), (-1, ValueError, "64-bit"),
+                             (1 << 64, ValueError, "64-bit")]:
+        with pytest.raises(kind, match=r"program\[1\]") as error:
+            device.run_program([isa.nop(), word])
+        assert text in str(error.value)
+    with pytest.raises(TypeError, match="program must be a list"):
+        device.run_program(None)
+    with pytest.raises(ValueError, match="CONFIG value must fit 32 bits"):
+        isa.config(isa.ConfigParam.SHIFT, 2**33)
+    with pytest.raises(TypeError, match="CONFIG value must be an integer"):
+        isa.config(isa.ConfigParam.SHIFT, 1.5)
+    with pytest.raises(TypeError, match="field count must be an integer"):
+        isa.read_host(0, 2.0)
+    with pytest.raises(TypeError, match="model must be a tpuer.QuantizedModel"):
+        device.run(None, np.zeros((1, 4), np.int8))
+    # NumPy integers are integers
+    cfg = tpuer.Config(rows=np.int64(4), cols=np.int32(4), ub_depth=np.uint16(32))
+    assert cfg == tpuer.Config(rows=4, cols=4, ub_depth=32) and type(cfg.rows) is int
+    result = device.run_program([isa.read_host(np.int64(0), np.int32(1)),
+                                 isa.write_host(0, np.uint8(1)), np.uint64(isa.halt().encode())],
+                                host_in=np.ones((1, SMALL.ub_lanes), np.int8),
+                                max_cycles=np.int64(1000))
+    assert result.host_out.tolist() == [[1] * SMALL.ub_lanes]
+
+
+def test_quantize_refuses_a_float_network_that_overflows():
+    layers = [tpuer.Dense(np.full((4, 3), 1e200), np.zeros(3)),
+              tpuer.Dense(np.full((3, 2), 1e200), np.zeros(2))]
+    with pytest.raises(ValueError, match="layer 1: the float network's outputs overflow"):
+        tpuer.quantize(layers, np.ones((5, 4)))

@@ -178,21 +178,21 @@ def test_build_command_lists_boards_and_refuses_unknown_ones():
     listing = run("build", "--list")
     assert listing.returncode == 0 and "| ulx3s-85f |" in listing.stdout
     bad = run("build", "--board", "nope")
-    assert bad.returncode == 1 and "unknown board 'nope'" in bad.stderr
+    assert bad.returncode == 2 and "unknown board 'nope'" in bad.stderr
     steps = run("build", "--board", "icebreaker", "--activation-steps", "3")
-    assert steps.returncode == 1 and "activation_steps must be 0" in steps.stderr
+    assert steps.returncode == 2 and "activation_steps must be 0" in steps.stderr
     seed = run("build", "--board", "icebreaker", "--seed", "0")
-    assert seed.returncode == 1 and "seed must be a positive integer, not 0" in seed.stderr
+    assert seed.returncode == 2 and "seed must be a positive integer, not 0" in seed.stderr
     router = run("build", "--board", "icebreaker", "--router", "router3")
     assert router.returncode == 2 and "invalid choice: 'router3'" in router.stderr
     clock = run("build", "--board", "icebreaker", "--clock-mhz", "0")
-    assert clock.returncode == 1 and "clock target must be a positive number" in clock.stderr
+    assert clock.returncode == 2 and "clock target must be a positive number" in clock.stderr
     slow = run("build", "--board", "ulx3s-12f", "--clock-mhz", "0.01")
-    assert slow.returncode == 1 and "off 115200 baud" in slow.stderr
+    assert slow.returncode == 2 and "off 115200 baud" in slow.stderr
     unreachable = run("build", "--board", "ulx3s-12f", "--clock-mhz", "2000")
-    assert unreachable.returncode == 1 and "no ECP5 PLL setting makes 2000" in unreachable.stderr
+    assert unreachable.returncode == 2 and "no ECP5 PLL setting makes 2000" in unreachable.stderr
     reset = run("build", "--board", "icebreaker", "--global-reset")
-    assert reset.returncode == 1 and "for the ECP5 boards only" in reset.stderr
+    assert reset.returncode == 2 and "for the ECP5 boards only" in reset.stderr
     flash = run("flash", "--board", "icebreaker", "--build-dir", "/nonexistent")
     assert flash.returncode == 1
     assert "iceprog" in flash.stderr

@@ -47,12 +47,23 @@ def _strip(line):
     return line.strip()
 
 
+#: A bound on the magnitude of any value in an expression, far above any field (the
+#: widest is 64 bits), so that ``A1 = A0 * A0`` repeated cannot grow forever.
+VALUE_LIMIT = 1 << 128
+#: The longest operand expression, in characters (a deeper one is not a program's).
+EXPRESSION_LIMIT = 1000
+
+
 def _evaluate(text, symbols, where):
     """The value of an operand expression: integers and names joined by + - *."""
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    if len(text) > EXPRESSION_LIMIT:
+        raise AsmError(f"{where}: the operand '{shown}' is longer than {EXPRESSION_LIMIT} "
+                       f"characters")
     try:
         tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        raise AsmError(f"{where}: '{text}' is not an operand") from None
+    except (SyntaxError, RecursionError, MemoryError):
+        raise AsmError(f"{where}: '{shown}' is not an operand") from None
 
     def value(node):
         if isinstance(node, ast.Constant) and isinstance(node.value, int) \
@@ -69,9 +80,20 @@ def _evaluate(text, symbols, where):
             left, right = value(node.left), value(node.right)
             return {ast.Add: left + right, ast.Sub: left - right,
                     ast.Mult: left * right}[type(node.op)]
-        raise AsmError(f"{where}: '{text}' is not an operand (integers, names, + - * only)")
+        raise AsmError(f"{where}: '{shown}' is not an operand (integers, names, + - * only)")
 
-    return value(tree)
+    def bounded(node):
+        result = value(node)
+        if abs(result) >= VALUE_LIMIT:
+            raise AsmError(f"{where}: '{shown}' is {'-' if result < 0 else ''}2**"
+                           f"{abs(result).bit_length() - 1} or more; no field holds a value "
+                           f"of more than 64 bits")
+        return result
+
+    try:
+        return bounded(tree)
+    except RecursionError:
+        raise AsmError(f"{where}: '{shown}' is nested too deeply") from None
 
 
 def _statements(text, name):

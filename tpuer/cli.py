@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .config import Config, ConfigError
+from .config import Config
 
 __all__ = ["main"]
 
@@ -41,10 +41,9 @@ def add_config_arguments(parser, defaults=None):
 
 
 def config_from_args(parser, args):
-    try:
-        return Config(**{name: getattr(args, name) for name, _ in _CONFIG_OPTIONS})
-    except ConfigError as error:
-        parser.error(str(error))
+    """The :class:`Config` of the options; a bad value raises ``ConfigError``, which
+    :func:`main` reports in one line."""
+    return Config(**{name: getattr(args, name) for name, _ in _CONFIG_OPTIONS})
 
 
 def _cmd_verilog(parser, args):
@@ -63,7 +62,7 @@ def _cmd_verilog(parser, args):
     if args.output == "-":
         sys.stdout.write(text)
     else:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        _check_output(args.output)
         Path(args.output).write_text(text)
         print(f"wrote {', '.join(names)} ({cfg.name}) to {args.output}: "
               f"{text.count(chr(10))} lines", file=sys.stderr)
@@ -111,20 +110,43 @@ def _cmd_bench(parser, args):
 
 
 def _load_program(path):
-    from .assembler import assemble, read_program
+    from .assembler import AsmError, assemble, read_program
     if Path(path).suffix == ".bin":
         return read_program(path)
-    return assemble(Path(path).read_text(), name=str(path))
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise AsmError(f"{path}: not UTF-8 text (byte {raw[error.start]:#04x} at offset "
+                       f"{error.start}); an assembly file is text, a program file ends in "
+                       f".bin") from None
+    return assemble(text, name=str(path))
+
+
+def _load_array(path, option):
+    """The NumPy array in ``.npy`` file ``path`` (``None`` for none), or a clear error."""
+    import numpy as np
+    if path is None:
+        return None
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, EOFError):
+        raise ValueError(f"{option} {path}: not a NumPy .npy file of numbers (as np.save "
+                         f"writes)") from None
+
+
+def _check_output(path):
+    """Refuse an output file whose folder does not exist, before any work."""
+    folder = Path(path).resolve().parent
+    if not folder.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: the folder {folder} does not exist")
 
 
 def _cmd_asm(parser, args):
-    from .assembler import AsmError, write_program
-    try:
-        program = _load_program(args.source)
-    except (AsmError, OSError) as error:
-        print(f"tpuer asm: {error}", file=sys.stderr)
-        return 1
+    from .assembler import write_program
+    program = _load_program(args.source)
     output = args.output or str(Path(args.source).with_suffix(".bin"))
+    _check_output(output)
     write_program(output, program)
     print(f"{args.source}: {len(program)} instructions -> {output}", file=sys.stderr)
     return 0
@@ -132,13 +154,10 @@ def _cmd_asm(parser, args):
 
 def _cmd_disasm(parser, args):
     from .assembler import disassemble, read_program
-    try:
-        program = read_program(args.binary)
-    except (ValueError, OSError) as error:
-        print(f"tpuer disasm: {error}", file=sys.stderr)
-        return 1
+    program = read_program(args.binary)
     text = disassemble(program, addresses=not args.bare)
     if args.output:
+        _check_output(args.output)
         Path(args.output).write_text(text)
     else:
         sys.stdout.write(text)
@@ -147,17 +166,18 @@ def _cmd_disasm(parser, args):
 
 def _cmd_run(parser, args):
     import numpy as np
-    from .assembler import AsmError
-    from .device import Device
+    from .device import Device, TPUError
     from .isa import CoreState
     cfg = config_from_args(parser, args)
+    program = _load_program(args.program)
+    weights = _load_array(args.weights, "--weights")
+    host_in = _load_array(args.input, "--input")
+    if args.output:
+        _check_output(args.output)
+    device = Device(cfg, backend=args.backend)
     try:
-        program = _load_program(args.program)
-        weights = np.load(args.weights) if args.weights else None
-        host_in = np.load(args.input) if args.input else None
-        device = Device(cfg, backend=args.backend)
         result = device.run_program(program, weights=weights, host_in=host_in)
-    except (AsmError, OSError, ValueError, TypeError) as error:
+    except TPUError as error:
         print(f"tpuer run: {error}", file=sys.stderr)
         return 1
     print(f"state {result.state.name}" + (
@@ -172,12 +192,12 @@ def _cmd_run(parser, args):
     elif len(result.host_out):
         with np.printoptions(linewidth=120, threshold=200):
             print(result.host_out)
-    return 0 if result.state is CoreState.HALTED else 2
+    return 0 if result.state is CoreState.HALTED else 1
 
 
 def _cmd_build(parser, args):
     from .fpga.boards import BOARDS
-    from .fpga.build import BuildError, build_board
+    from .fpga.build import BuildError, BuildOptionError, build_board
     if args.list or not args.board:
         print("| board | FPGA | TPU | clock target | programmer | serial port |")
         print("| --- | --- | --- | ---: | --- | --- |")
@@ -195,7 +215,9 @@ def _cmd_build(parser, args):
                     clock_mhz=args.clock_mhz,
                     global_reset=args.global_reset, block=args.block,
                     program=args.program)
-    except (BuildError, ValueError) as error:
+    except BuildOptionError:
+        raise                               # bad input: one line, exit code 2
+    except BuildError as error:             # the tools failed, or the design misses
         print(f"tpuer build: {error}", file=sys.stderr)
         return 1
     return 0
@@ -209,7 +231,7 @@ def _cmd_flash(parser, args):
         directory = args.build_dir or str(Path("build") / "fpga" /
                                           f"{b.name}-{b.config.rows}x{b.config.cols}")
         program_board(args.board, directory)
-    except (BuildError, ValueError) as error:
+    except BuildError as error:
         print(f"tpuer flash: {error}", file=sys.stderr)
         return 1
     return 0
@@ -351,7 +373,14 @@ def main(argv=None):
     if args.command is None:
         parser.print_help()
         return 0
-    return args.run(parser, args)
+    try:
+        return args.run(parser, args)
+    except (ValueError, TypeError, OSError) as error:
+        # Bad input: a value, a file that is missing or not what it should be. Every such
+        # error is one line, and exit code 2, as argparse gives for a bad option.
+        message = " ".join(str(error).split())
+        print(f"tpuer {args.command}: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ The RTL (``tpuer.hw``), the golden models (``tpuer.sim``), the testbenches (``tp
 and the command line all take a :class:`Config`; nothing restates a width or a depth.
 """
 
+import numbers
 from dataclasses import dataclass, fields
 
 from amaranth.hdl import signed, unsigned
@@ -118,6 +119,11 @@ class Config:
     control_registers: int = 1
 
     def __post_init__(self):
+        # NumPy's integers are integers too; every field is kept as a Python int.
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                object.__setattr__(self, item.name, int(value))
         _check_int("rows", self.rows, 1, 256)
         _check_int("cols", self.cols, 1, 256)
         _check_int("operand_width", self.operand_width, 2, 16)

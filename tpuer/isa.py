@@ -16,6 +16,7 @@ A ``count`` of zero makes an instruction do nothing. Every instruction takes one
 row it moves (at least one cycle) when it does not wait.
 """
 
+import numbers
 from dataclasses import dataclass
 
 from amaranth.hdl import unsigned
@@ -149,7 +150,9 @@ class Instruction:
 
     def __post_init__(self):
         for name, (_offset, width) in _FIELDS.items():
-            value = int(getattr(self, name))
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"instruction field {name} must be an integer, not {value!r}")
             if not 0 <= value < (1 << width):
                 raise ValueError(f"instruction field {name} must fit {width} bits, not {value}")
 
@@ -222,6 +225,12 @@ def activate(acc_addr, ub_addr, rows):
 
 
 def config(param, value, lane=ALL_LANES):
+    """CONFIG: set activation parameter ``param`` (:class:`ConfigParam`) of ``lane`` to
+    ``value``, a 32-bit number (signed or unsigned); the sequencer checks its range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"a CONFIG value must be an integer, not {value!r}")
+    if not -(1 << 31) <= value < (1 << 32):
+        raise ValueError(f"a CONFIG value must fit 32 bits, not {value}")
     raw = int(value) & 0xFFFFFFFF
     return Instruction(Opcode.CONFIG.value, a=raw & 0xFFFF, b=raw >> 16, count=lane,
                        flags=int(ConfigParam(param)))

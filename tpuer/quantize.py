@@ -296,7 +296,11 @@ def quantize(layers, calibration_x, *, per_channel=True):
     model_in = (in_scale, in_zero)
     quantized = []
     for index, layer in enumerate(layers):
-        out = _float_layer(layer, x)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = _float_layer(layer, x)
+        if not np.isfinite(out).all():
+            raise ValueError(f"layer {index}: the float network's outputs overflow (inf or "
+                             f"NaN) on calibration_x; scale its weights or inputs down")
         out_scale, out_zero = _range_quantization(float(out.min()), float(out.max()), layer.relu)
         w = np.asarray(layer.weights, np.float64)
         w = w.reshape(-1, w.shape[-1])                         # (K, N), K in im2col order
@@ -312,6 +316,11 @@ def quantize(layers, calibration_x, *, per_channel=True):
             out_scale, out_zero = _range_quantization(float(out.min()), float(out.max()),
                                                       layer.relu, widen=m.max() / 0.999)
             m = in_scale * w_scale / out_scale
+        if not (np.isfinite(m).all() and np.isfinite(w_scale).all()) or \
+                (m[peak > 0] < 2.0 ** -31).any():
+            raise ValueError(f"layer {index}: its scales cannot be requantised in int32 "
+                             f"(input scale {in_scale:.3g}, output scale {out_scale:.3g}, "
+                             f"weight scales up to {w_scale.max():.3g})")
         pairs = [quantize_multiplier(float(value)) if value > 0 else (0, 0) for value in m]
         bias = np.round(np.asarray(layer.bias, np.float64) / (in_scale * w_scale))
         bias = bias - in_zero * w_q.sum(axis=0)
