@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench lint verilog waves clean board
+.PHONY: demo test bench lint fuzz clean board
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,16 @@ bench: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/tpuer lint
+
+# make fuzz [INSTRUCTIONS=1000000] [SECONDS=...] [SHARDS=16]: the random differential
+# campaign of tests/test_campaign.py, long, spread over every core; a mismatch is printed
+# as assembly with the command that repeats it.
+INSTRUCTIONS ?= 1000000
+SHARDS ?= 16
+fuzz: $(VENV)/.installed
+	TPUER_REQUIRE_ALL_SIMULATORS=1 TPUER_CAMPAIGN_INSTRUCTIONS=$(INSTRUCTIONS) \
+	TPUER_CAMPAIGN_SHARDS=$(SHARDS) $(if $(SECONDS),TPUER_CAMPAIGN_SECONDS=$(SECONDS)) \
+	$(BIN)/python -m pytest -n auto -s tests/test_campaign.py
 
 # make board BOARD=ulx3s-85f [BUILD_ARGS="--rows 2 --cols 2"]: a bitstream with the open
 # toolchain from PyPI, and its report

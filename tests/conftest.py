@@ -1,4 +1,5 @@
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,23 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     if config.getoption("waves"):
         os.environ["TPUER_WAVES"] = "1"
+    # A fresh seed every run, unless one is asked for; the workers inherit it.
+    os.environ.setdefault("TPUER_SEED", str(random.SystemRandom().randrange(1 << 31)))
+
+
+def pytest_report_header(config):
+    return f"random tests: TPUER_SEED={os.environ['TPUER_SEED']} (set it to repeat this run)"
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"random tests ran with TPUER_SEED={os.environ['TPUER_SEED']}")
 
 
 def seed():
-    """The seed of the random tests: TPUER_SEED, else 1 (so that CI is repeatable)."""
-    return int(os.environ.get("TPUER_SEED", "1"))
+    """The seed of the random tests: TPUER_SEED, else a fresh one for each run of the
+    suite (set by :func:`pytest_configure`, printed in the report's header, and passed on
+    to pytest-xdist's workers and to the simulators through the environment)."""
+    return int(os.environ["TPUER_SEED"])
 
 
 def require_simulator(name):
