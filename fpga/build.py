@@ -15,8 +15,8 @@ from .boards import DEVICE_MULTIPLIERS, board as find_board
 from .block_bench import BlockBenchTop
 from .top import BoardTop, board_pll
 
-__all__ = ["BuildError", "BuildOptionError", "build_board", "multipliers_needed", "parse_nextpnr_log",
-           "program_board", "report_table", "tool_options"]
+__all__ = ["BuildError", "BuildOptionError", "build_board", "multipliers_needed",
+           "parse_nextpnr_log", "program_board", "report_table", "tool_options"]
 
 #: Amaranth finds each tool through an environment variable named after it; these are the
 #: PyPI builds (WebAssembly, no system install needed).

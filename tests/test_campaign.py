@@ -9,8 +9,9 @@ the Weight FIFO, the active weights, the activation parameters and instruction w
 CI runs :data:`CI_INSTRUCTIONS` random instructions over the three simulators; ``make
 fuzz`` runs ``TPUER_CAMPAIGN_INSTRUCTIONS`` of them (or for ``TPUER_CAMPAIGN_SECONDS``), in
 ``TPUER_CAMPAIGN_SHARDS`` shards per simulator that ``pytest-xdist`` spreads over every
-core (and, with its ``--dist`` and ``--tx`` options, over several machines). A mismatch is shrunk to few programs and instructions and
-printed as assembly with the command that repeats it."""
+core (and, with its ``--dist`` and ``--tx`` options, over several machines). A mismatch
+is shrunk to few programs and instructions and printed as assembly with the command that
+repeats it."""
 
 import os
 import time
@@ -93,7 +94,8 @@ def _mismatch(cfg, backend, steps):
             padded = np.zeros(cfg.ub_lanes, np.int64)
             padded[:len(expected)] = expected
             if not np.array_equal(np.asarray(row), padded):
-                return index, f"host row {k} {np.asarray(row).tolist()}, golden {padded.tolist()}"
+                return index, (f"host row {k} {np.asarray(row).tolist()}, golden "
+                               f"{padded.tolist()}")
     if len(golden) != len(got):
         return len(got), f"{len(got)} runs, golden {len(golden)}"
     return None
@@ -134,7 +136,8 @@ def _shrink(cfg, backend, steps, budget=40):
 def _report(cfg, simulator, steps, what, session_seed):
     lines = [f"{simulator} differs from the golden model ({what}) on {cfg!r}.",
              f"Shrunk to {len(steps)} programs of one call; repeat the whole campaign with",
-             f"    TPUER_SEED={session_seed} python -m pytest tests/test_campaign.py -k {simulator}",
+             f"    TPUER_SEED={session_seed} python -m pytest tests/test_campaign.py "
+             f"-k {simulator}",
              "The programs, in order (weights and host rows: the seed's):"]
     for index, step in enumerate(steps):
         lines.append(f"; program {index} ({len(step.weights)} weight tiles, "
