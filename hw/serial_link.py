@@ -6,7 +6,9 @@ from amaranth.lib import crc, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..link import (BYTE_TIMEOUT_BITS, COMMAND_QUEUE_WORDS, CRC, FLAG_NEW_SESSION,
-                    MAX_REPLY_WORDS, MAX_REQUEST_WORDS, SYNC, Kind)
+                    MAX_REPLY_WORDS, MAX_REQUEST_WORDS, REPLY_HALVINGS_MASK,
+                    REPLY_HALVINGS_SHIFT, REPLY_WORDS_BITS, REQUEST_FLAGS, SYNC, Kind,
+                    reply_limit)
 from .arith import above
 from .block_ram import BlockRAM
 from .uart import RX_BYTE_LAYOUT
@@ -21,8 +23,12 @@ class SerialLink(wiring.Component):
     to ``cmd`` only when the frame's CRC has checked (a bad or cut-short frame is rolled
     back). A request is taken only if the queue has room for all its words; otherwise the
     reply says ``BUSY``. Each reply carries the TPU's reply words that are waiting (at most
-    :data:`~tpuer.link.MAX_REPLY_WORDS`), and is kept, so that a retransmitted request
-    (the same ``seq``) is answered with the very same reply and executes nothing.
+    as many as the request's flags ask for, :func:`~tpuer.link.reply_limit`) and how many
+    words its request put into the queue, and is kept, so that a retransmitted request
+    (the same ``seq``) is answered with the very same reply and executes nothing. A bad
+    frame gets a NAK only if its ``seq`` may be the host's (:func:`~tpuer.link.plausible_seq`)
+    and its flags are a request's; others, such as a false frame start inside a garbled
+    frame, are dropped without a word.
 
     Members
     -------
@@ -131,6 +137,14 @@ class SerialLink(wiring.Component):
         timer = Signal(range(self._byte_timeout + 1))
         # A request is new (executes) unless it repeats the seq of the stored reply.
         new_request = (flags & FLAG_NEW_SESSION).any() | ~have_last | (seq != last_seq)
+        # A bad frame may be the host's (and gets a NAK) if its flags are a request's and
+        # its seq the stored reply's or the next.
+        plausible = ~(flags & ~REQUEST_FLAGS).any() & (
+            ~have_last | (seq == last_seq) | (seq == (last_seq + 1)[:8]))
+        # The reply words the request asks for at most, less one.
+        halvings = flags[REPLY_HALVINGS_SHIFT:REPLY_HALVINGS_SHIFT + 3]
+        limit_last = Signal(range(MAX_REPLY_WORDS))
+        taken = Signal(range(MAX_REQUEST_WORDS + 1))     # words the stored reply's request took
 
         # --- the reply being sent: the stored one, or a NAK that leaves it alone --------
         busy_reply = Signal()            # the stored reply is a BUSY, not an ACK
@@ -161,7 +175,8 @@ class SerialLink(wiring.Component):
         # The header fields and the reply word's byte that the send states choose from.
         kind_byte = Mux(nak, Kind.NAK, Mux(busy_reply, Kind.BUSY, Kind.ACK))
         seq_byte = Mux(nak, seq, last_seq)
-        count_byte = Mux(nak, 0, reply_count)
+        count_byte = Mux(nak, 0, Cat(reply_count[:REPLY_WORDS_BITS], taken[0]))
+        count_high_byte = Mux(nak, 0, taken[1:])
         word_byte = reply_word.word_select(tx_lane[:2], 8)
         if self._registered_crc:
             # The byte to send is made in two register stages: each field's byte, then the
@@ -170,10 +185,12 @@ class SerialLink(wiring.Component):
             # stages, the reply word's copy and the CRC hold what the bytes before it left.
             # The CRC is given each byte sent from ``tx_value`` the cycle after the take
             # (and, through its input registers, takes it a cycle later).
-            fields = [Signal(8, name=f"tx_{name}") for name in ("kind", "seq", "count", "word")]
+            fields = [Signal(8, name=f"tx_{name}")
+                      for name in ("kind", "seq", "count", "count_high", "word")]
             m.d.sync += [field.eq(value) for field, value in
-                         zip(fields, (kind_byte, seq_byte, count_byte, word_byte))]
-            kind_byte, seq_byte, count_byte, word_byte = fields
+                         zip(fields, (kind_byte, seq_byte, count_byte, count_high_byte,
+                                      word_byte))]
+            kind_byte, seq_byte, count_byte, count_high_byte, word_byte = fields
             tx_next = Signal(8)             # the byte of this state
             tx_value = Signal(8)
             wants = Signal()                # this is a state that sends
@@ -209,9 +226,17 @@ class SerialLink(wiring.Component):
             else:
                 assert kind in (Kind.ACK, Kind.BUSY)
                 m.d.sync += [nak.eq(0), busy_reply.eq(kind == Kind.BUSY),
-                             reply_count.eq(0), reply_room.eq(1), last_seq.eq(seq),
-                             have_last.eq(1)]
+                             reply_count.eq(0), reply_room.eq(1),
+                             last_seq.eq(seq), have_last.eq(1),
+                             taken.eq(short_count if kind == Kind.ACK else 0)]
                 m.next = "Collect"
+
+        def refuse():
+            """A bad frame: a NAK if it may be the host's, else back to the hunt."""
+            with m.If(plausible):
+                reply(Kind.NAK)
+            with m.Else():
+                m.next = "Hunt"
 
         with m.FSM(name="link"):
             with m.State("Hunt"):
@@ -234,8 +259,11 @@ class SerialLink(wiring.Component):
                     if state_next:
                         m.next = state_next
                 with m.Elif(timer == self._byte_timeout):
-                    m.d.sync += tail.eq(committed)
-                    reply(Kind.NAK)                  # cut short
+                    m.d.sync += tail.eq(committed)   # cut short
+                    if state_next in ("Seq", "CountLow"):
+                        m.next = "Hunt"              # before its seq: nobody's frame
+                    else:
+                        refuse()
                 with m.Else():
                     m.d.sync += timer.eq(timer + 1)
 
@@ -250,8 +278,13 @@ class SerialLink(wiring.Component):
             with m.State("Decide"):
                 m.d.sync += [take_words.eq(new_request & (used + short_count <= depth)),
                              index.eq(0), lane.eq(0)]
+                with m.Switch(halvings):
+                    for h in range(REPLY_HALVINGS_MASK + 1):
+                        with m.Case(h):
+                            m.d.sync += limit_last.eq(
+                                reply_limit(h << REPLY_HALVINGS_SHIFT) - 1)
                 with m.If(above(count, MAX_REQUEST_WORDS)):
-                    reply(Kind.NAK)                  # unexpected frame
+                    refuse()                         # unexpected frame
                 with m.Elif(count == 0):
                     m.next = "CrcHigh"
                 with m.Else():
@@ -278,7 +311,7 @@ class SerialLink(wiring.Component):
                 # The CRC has taken the last byte: the whole frame checks to the residue.
                 with m.If(bad | ~frame_crc.match_detected):
                     m.d.sync += tail.eq(committed)
-                    reply(Kind.NAK)
+                    refuse()
                 with m.Elif(new_request):
                     with m.If(take_words):
                         m.d.sync += committed.eq(tail)
@@ -298,7 +331,7 @@ class SerialLink(wiring.Component):
                              replies.write_en.eq(self.rsp.valid & self.rsp.ready)]
                 with m.If(self.rsp.valid & self.rsp.ready):
                     m.d.sync += [reply_count.eq(reply_count + 1),
-                                 reply_room.eq(reply_count != MAX_REPLY_WORDS - 1)]
+                                 reply_room.eq(reply_count != limit_last)]
                 with m.Else():
                     m.next = "SendSync"
 
@@ -321,7 +354,7 @@ class SerialLink(wiring.Component):
                 with m.If(tx_taken):
                     m.next = "SendCountHigh"
             with m.State("SendCountHigh"):
-                send(0)
+                send(count_high_byte)
                 m.d.comb += [replies.read_addr.eq(0), replies.read_en.eq(1)]
                 with m.If(tx_taken):
                     with m.If(nak | (reply_count == 0)):

@@ -13,7 +13,10 @@ __all__ = ["SerialBackend", "open_port", "Residue"]
 
 
 def open_port(port, baud):
-    """``port`` opened with pyserial, or a clear error naming it."""
+    """``port`` opened with pyserial, or a clear error naming it; a port object (with
+    ``read`` and ``write``, such as :class:`~tpuer.sim.model_board.ModelBoard`) as it is."""
+    if hasattr(port, "read") and hasattr(port, "write"):
+        return port
     try:
         import serial
     except ImportError:
@@ -99,7 +102,8 @@ class SerialBackend:
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
         self.cfg = cfg
         self.max_polls = max_polls
-        self.link = SerialLink(open_port(port, baud), name=str(port), timeout=timeout)
+        name = str(port) if isinstance(port, str) else type(port).__name__
+        self.link = SerialLink(open_port(port, baud), name=name, timeout=timeout)
         self._words = []
         self._loaded = None          # the weight tiles the board holds at tile 0
         self._program = None         # and the program at instruction 0

@@ -33,7 +33,7 @@ class Host:
         self.cfg = cfg
         self.source = StreamSource("host_tx", Codec(HOST_BYTE_LAYOUT))
         self.sink = StreamSink("host_rx", Codec(8))
-        self.parser = FrameParser(MAX_REPLY_WORDS)
+        self.parser = FrameParser(MAX_REPLY_WORDS, replies=True)
         self.frames = []
         self.raw = []
 
@@ -63,8 +63,10 @@ class Host:
             raise TestbenchError("the host's receive queue overflowed: the bench lost bytes")
         return frame
 
-    async def exchange(self, seq, words, *, new_session=False, expect=Kind.ACK):
-        self.send(encode_request(seq, words, new_session=new_session))
+    async def exchange(self, seq, words, *, new_session=False, expect=Kind.ACK,
+                       reply_halvings=0):
+        self.send(encode_request(seq, words, new_session=new_session,
+                                 reply_halvings=reply_halvings))
         frame = await self.reply()
         where = f"[{self.io.simulator} board {self.cfg.name}] request {seq}"
         if not frame.ok:
@@ -106,9 +108,10 @@ async def bench_link_rules(io, cfg, rng):
 
     # Replies carry the words that wait when the request is taken: poll for the rest.
     first = await host.exchange(7, status, new_session=True)
-    again = await host.exchange(7, status)            # a retransmission: the same reply
-    if again.words != first.words:
-        raise TestbenchError(f"{where}: a retransmission got a different reply")
+    again = await host.exchange(7, [])                # a retransmission: the same reply
+    if again.words != first.words or (first.taken, again.taken) != (len(status),) * 2:
+        raise TestbenchError(f"{where}: a retransmission got a different reply, or the "
+                             f"words taken are wrong ({first.taken}, {again.taken})")
     words = list(first.words)
     for seq in range(8, 12):
         words += (await host.exchange(seq, [])).words
@@ -130,13 +133,16 @@ async def bench_link_rules(io, cfg, rng):
     if any(frame.words for frame in checked):
         raise TestbenchError(f"{where}: a corrupted STATUS request ran: {checked.words}")
 
-    # Garbage before a frame, and a false SYNC with an impossible count.
+    # Garbage before a frame, and a false SYNC with an impossible count: no reply when its
+    # seq cannot be the host's, a NAK of that seq when it can.
     garbage = [int(b) for b in rng.integers(0, 256, 20) if b != SYNC]
-    host.send(bytes(garbage) + bytes([SYNC, 0, 0]) + (MAX_REQUEST_WORDS + 1).to_bytes(2, "little"))
+    too_many = (MAX_REQUEST_WORDS + 1).to_bytes(2, "little")
+    host.send(bytes(garbage) + bytes([SYNC, 0, 100]) + too_many +
+              bytes([SYNC, 0x80, 15]) + too_many + bytes([SYNC, 0, 15]) + too_many)
     reply = await host.reply()
-    if reply.first != Kind.NAK:
-        raise TestbenchError(f"{where}: a frame with too many words got kind {reply.first}")
-    await host.exchange(15, [])
+    if (reply.first, reply.seq) != (Kind.NAK, 15):
+        raise TestbenchError(f"{where}: false frame starts got {host.frames[-3:]}")
+    await host.exchange(15, [])      # an ACK: a second NAK would come first
 
     # A framing error inside a frame.
     host.send(encode_request(16, status), break_at={7})
@@ -166,6 +172,19 @@ async def bench_link_rules(io, cfg, rng):
     statuses, _ = _statuses(words)
     if len(statuses) != 1:
         raise TestbenchError(f"{where}: after a line break, STATUS gave {words}")
+
+    # A request that asks for short replies gets them: one word at most, then the rest.
+    asked = await host.exchange(20, status * 3, reply_halvings=7)
+    words = list(asked.words)
+    for seq in range(21, 60):
+        more = await host.exchange(seq, [], reply_halvings=7)
+        if len(more.words) > 1 or asked.taken != 3 or more.taken != 0:
+            raise TestbenchError(f"{where}: a reply of at most one word had "
+                                 f"{len(more.words)}; taken {asked.taken}, {more.taken}")
+        words += more.words
+    statuses, rest = _statuses(words)
+    if len(statuses) != 3 or rest:
+        raise TestbenchError(f"{where}: three STATUS in one-word replies gave {words}")
 
 
 async def bench_program(io, cfg, rng):

@@ -5,21 +5,39 @@ of it. ``tpuer.hw.serial_link`` is the board's end.
 Every exchange is one request frame from the host and one reply frame from the board::
 
     request  SYNC  flags  seq  count(2)  words(4 count)  crc(2)
-    reply    SYNC  kind   seq  count(2)  words(4 count)  crc(2)
+    reply    SYNC  kind   seq  count(2)  words(4 words)  crc(2)
+
+A reply's ``count`` is ``words | taken << 7`` (:data:`REPLY_COUNT_LAYOUT`): the reply words
+it carries (0 to 64) and how many words the request it answers put into the command queue
+(0 to 256: 0 for a BUSY, a NAK or an empty request).
 
 ``SYNC`` is 0x7E; ``count`` and the words are little endian; ``crc`` is CRC-16/XMODEM of
 every byte after ``SYNC``, high byte first (so a whole frame checks to zero).
 
 * A request whose CRC is wrong, that is cut short (no byte for :data:`BYTE_TIMEOUT_BITS`
   bit times), that has a framing error or a count above :data:`MAX_REQUEST_WORDS` gets a
-  ``NAK`` reply and changes nothing; bytes before a SYNC are skipped.
+  ``NAK`` reply naming the ``seq`` it refuses, and changes nothing; but only if that
+  ``seq`` is one the host may be sending (the stored reply's or the next; any at a
+  session's start): bytes that only look like a frame start, found inside a garbled
+  frame, get no reply. Bytes before a SYNC are skipped.
 * A request with a new ``seq`` is taken: its words are queued for the TPU (``ACK``), or,
   when the queue has no room for them, refused (``BUSY``), and the host sends them again in
-  a later request. The reply carries up to :data:`MAX_REPLY_WORDS` reply words of the TPU.
+  a later request. The reply carries up to :func:`reply_limit` reply words of the TPU: the
+  request's flags ask for at most :data:`MAX_REPLY_WORDS` halved ``(flags >> 1) & 7``
+  times, so that a host on a bad line can ask for short replies.
 * A request with the ``seq`` of the one before is a retransmission (its reply was lost):
   the board sends that same reply again and executes nothing, so no word is lost or
   doubled. ``FLAG_NEW_SESSION`` makes the board forget the last ``seq``; the host sets it
   only on an empty request, the first of a session.
+
+The host resends a request on a ``NAK`` naming it, on a garbled reply, or when no reply
+comes in time. After a ``NAK`` (and only when no earlier copy of the request can have been
+taken) it may send fewer words under the same ``seq``. When a copy may have been taken (its
+reply was lost or garbled), it asks with an empty request of the same ``seq``: the answer's
+``taken`` says whether the board took the words (the stored reply of the request comes
+back) or not (the empty request itself was new, and the words go again, as short as the
+line needs, under the next ``seq``). It shortens requests and replies while the line keeps
+garbling them and lengthens them again while it does not.
 """
 
 import time
@@ -28,6 +46,7 @@ from dataclasses import dataclass
 from amaranth.lib.crc import catalog
 
 __all__ = ["SYNC", "Kind", "FLAG_NEW_SESSION", "MAX_REQUEST_WORDS", "MAX_REPLY_WORDS",
+           "reply_limit", "plausible_seq",
            "CRC", "crc16", "encode_request", "encode_reply", "FrameParser", "LinkError",
            "SerialLink", "HEADER_BYTES"]
 
@@ -38,6 +57,19 @@ MAX_REQUEST_WORDS = 256
 COMMAND_QUEUE_WORDS = 512
 #: Reply words one reply frame carries at most.
 MAX_REPLY_WORDS = 64
+#: A reply's ``count``: the reply words, and the words its request put into the queue.
+REPLY_WORDS_BITS = 7
+REPLY_TAKEN_BITS = 9
+
+
+def reply_count(words, taken):
+    return words | taken << REPLY_WORDS_BITS
+
+
+#: The request flags' field that halves the reply's words: bits 1..3.
+REPLY_HALVINGS_SHIFT, REPLY_HALVINGS_MASK = 1, 0x7
+#: Flag bits a request may set; a frame with others is no request.
+REQUEST_FLAGS = FLAG_NEW_SESSION | (REPLY_HALVINGS_MASK << REPLY_HALVINGS_SHIFT)
 #: A frame whose next byte does not come within this many bit times is cut short.
 BYTE_TIMEOUT_BITS = 64
 HEADER_BYTES = 5          # SYNC, flags or kind, seq, count (2)
@@ -51,26 +83,42 @@ class Kind:
     NAK = 0x03
 
 
+def reply_limit(flags):
+    """The reply words a request with ``flags`` asks for at most (1 to 64)."""
+    return max(1, MAX_REPLY_WORDS >> ((flags >> REPLY_HALVINGS_SHIFT) & REPLY_HALVINGS_MASK))
+
+
+def plausible_seq(seq, last_seq):
+    """Whether a frame of ``seq`` may be the host's, when the stored reply is of
+    ``last_seq`` (``None``: no reply stored yet, any ``seq`` may be)."""
+    return last_seq is None or seq in (last_seq, (last_seq + 1) & 0xFF)
+
+
 def crc16(data):
     return CRC(data_width=8).compute(bytes(data))
 
 
-def _frame(first, seq, words):
-    body = bytearray([first, seq & 0xFF]) + len(words).to_bytes(2, "little")
+def _frame(first, seq, words, count=None):
+    count = len(words) if count is None else count
+    body = bytearray([first, seq & 0xFF]) + count.to_bytes(2, "little")
     for word in words:
         body += int(word).to_bytes(4, "little")
     check = crc16(body)
     return bytes([SYNC]) + bytes(body) + check.to_bytes(2, "big")
 
 
-def encode_request(seq, words, *, new_session=False):
+def encode_request(seq, words, *, new_session=False, reply_halvings=0):
     if len(words) > MAX_REQUEST_WORDS:
         raise ValueError(f"a request carries at most {MAX_REQUEST_WORDS} words, not {len(words)}")
-    return _frame(FLAG_NEW_SESSION if new_session else 0, seq, words)
+    if not 0 <= reply_halvings <= REPLY_HALVINGS_MASK:
+        raise ValueError(f"reply_halvings must be 0 to {REPLY_HALVINGS_MASK}, not "
+                         f"{reply_halvings}")
+    flags = (FLAG_NEW_SESSION if new_session else 0) | (reply_halvings << REPLY_HALVINGS_SHIFT)
+    return _frame(flags, seq, words)
 
 
-def encode_reply(kind, seq, words=()):
-    return _frame(kind, seq, words)
+def encode_reply(kind, seq, words=(), taken=0):
+    return _frame(kind, seq, words, count=reply_count(len(words), taken))
 
 
 @dataclass
@@ -79,14 +127,17 @@ class Frame:
     seq: int
     words: list
     ok: bool            # the CRC checked
+    taken: int = 0      # of a reply: the words its request put into the queue
 
 
 class FrameParser:
     """Bytes in, frames out: skips bytes before a SYNC, waits for the whole frame, and
-    reports a frame whose CRC fails with ``ok`` False."""
+    reports a frame whose CRC fails with ``ok`` False. With ``replies``, the count is a
+    reply's (words and ``taken``)."""
 
-    def __init__(self, max_words):
+    def __init__(self, max_words, *, replies=False):
         self.max_words = max_words
+        self.replies = replies
         self.buffer = bytearray()
 
     def feed(self, data):
@@ -101,6 +152,9 @@ class FrameParser:
             if len(self.buffer) < HEADER_BYTES:
                 return frames
             count = int.from_bytes(self.buffer[3:5], "little")
+            taken = 0
+            if self.replies:
+                count, taken = count & ((1 << REPLY_WORDS_BITS) - 1), count >> REPLY_WORDS_BITS
             if count > self.max_words:
                 del self.buffer[:1]             # a false SYNC: look for the next one
                 continue
@@ -112,7 +166,7 @@ class FrameParser:
             ok = crc16(raw[1:]) == 0
             words = [int.from_bytes(raw[HEADER_BYTES + 4 * k:HEADER_BYTES + 4 * k + 4], "little")
                      for k in range(count)]
-            frames.append(Frame(raw[1], raw[2], words, ok))
+            frames.append(Frame(raw[1], raw[2], words, ok, taken))
 
 
 class LinkError(RuntimeError):
@@ -123,11 +177,20 @@ class SerialLink:
     """The host's end: sends words in requests, retries until each is taken exactly once,
     and collects the TPU's reply words. ``port`` is a pyserial-like object (``write``;
     ``read`` that returns after a short timeout; ``in_waiting``); ``name`` is for
-    messages.
+    messages. Time is the port's ``clock()`` and ``sleep()`` where it has them (a
+    simulated line), else the wall clock.
 
     ``retries`` counts every request sent again (after a NAK, a corrupted or missing reply)
-    and ``busy`` every request the board refused for want of room.
+    and ``busy`` every request the board refused for want of room. ``attempts`` bounds the
+    sends of one request that bring no reply at all (a board that answers, if garbled,
+    gets ten times as many).
     """
+
+    #: The shortest request and the most reply halvings a bad line brings them to.
+    MIN_CHUNK = 4
+    MAX_HALVINGS = 4
+    #: Clean exchanges in a row after which replies may be twice as long again.
+    CLEAN_TO_LENGTHEN = 16
 
     def __init__(self, port, *, name="the serial port", timeout=0.5, attempts=20,
                  busy_wait=0.002, max_busy=100_000):
@@ -137,49 +200,77 @@ class SerialLink:
         self.attempts = attempts
         self.busy_wait = busy_wait
         self.max_busy = max_busy
+        self.clock = getattr(port, "clock", time.monotonic)
+        self.sleep = getattr(port, "sleep", time.sleep)
         self.seq = 0
         self.retries = 0
         self.busy = 0
         self.replies = []          # TPU reply words, in order
         self.chunk = MAX_REQUEST_WORDS   # words per request: halved on a bad line
-        self._parser = FrameParser(MAX_REPLY_WORDS)
+        self.reply_halvings = 0          # replies of MAX_REPLY_WORDS >> this at most
+        self._clean = 0                  # clean exchanges in a row
+        self._parser = FrameParser(MAX_REPLY_WORDS, replies=True)
         self._new_session = True
 
     def _exchange(self, words, *, new_session=False):
-        """One request until a good reply to it arrives; returns its kind."""
-        request = encode_request(self.seq, words, new_session=new_session)
-        for attempt in range(self.attempts):
-            if attempt:
-                self.retries += 1
+        """One request until a good reply to it arrives; returns (its kind, the words the
+        board took of ``words``: all, or, after a NAK or when a copy was lost, the first
+        so many of a shorter request, or none)."""
+        maybe_taken = False        # a copy went out whose fate is unknown
+        failures = silent = 0
+        while True:
+            # Once a copy may have been taken, an empty request of the same seq asks.
+            sent = [] if maybe_taken else words
+            request = encode_request(self.seq, sent, new_session=new_session,
+                                     reply_halvings=self.reply_halvings)
             self.port.write(request)
             reply = self._await_reply(self.seq)
-            if reply is None or not reply.ok or reply.first == Kind.NAK:
-                continue
-            self.replies.extend(reply.words)
-            self.seq = (self.seq + 1) & 0xFF
-            # A line that garbles long requests gets shorter ones (a retransmission must
-            # repeat its request exactly, so only the next request can change).
-            self.chunk = max(16, self.chunk // 2) if attempt > 1 else \
-                min(MAX_REQUEST_WORDS, self.chunk * 2)
-            return reply.first
-        raise LinkError(f"no good reply from {self.name} after {self.attempts} attempts "
-                        f"({self.timeout} s each): is the board connected, programmed and "
-                        f"set to the same baud rate?")
+            if reply is not None and reply.ok and reply.first != Kind.NAK:
+                self.replies.extend(reply.words)
+                self.seq = (self.seq + 1) & 0xFF
+                if failures == 0:  # a clean exchange: longer requests, later replies too
+                    self.chunk = min(MAX_REQUEST_WORDS, self.chunk * 2)
+                    self._clean += 1
+                    if self._clean >= self.CLEAN_TO_LENGTHEN:
+                        self.reply_halvings = max(0, self.reply_halvings - 1)
+                        self._clean = 0
+                if maybe_taken and words and reply.taken != len(words):
+                    return Kind.ACK, []          # the empty request was the new one
+                return reply.first, words
+            failures += 1
+            silent = silent + 1 if reply is None else 0
+            self.retries += 1
+            self._clean = 0
+            if silent >= self.attempts or failures >= 10 * self.attempts:
+                raise LinkError(f"no good reply from {self.name} after {self.attempts} "
+                                f"attempts ({self.timeout} s each): is the board connected, "
+                                f"programmed and set to the same baud rate?")
+            if reply is not None and reply.ok:         # a NAK of this request
+                if not maybe_taken and len(words) > self.MIN_CHUNK and not new_session:
+                    self.chunk = max(self.MIN_CHUNK, min(self.chunk, len(words)) // 2)
+                    words = words[:self.chunk]
+            else:
+                # No reply, or a garbled one: this copy may have been taken. Replies and
+                # requests from now on are shorter.
+                maybe_taken = maybe_taken or bool(sent)
+                self.reply_halvings = min(self.MAX_HALVINGS, self.reply_halvings + 1)
+                self.chunk = max(self.MIN_CHUNK, self.chunk // 2)
 
     def _await_reply(self, seq):
-        """The reply to request ``seq``, a NAK or a garbled frame (either means: send it
-        again), or ``None`` after the timeout. A good reply to an earlier request (the
-        answer to a retransmission that was not needed after all) is skipped. Bytes of a
-        frame still unfinished at the timeout are dropped: a garbled count would otherwise
-        swallow the replies that follow, one retransmission after another."""
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
+        """The reply to request ``seq``, a NAK of it or a garbled frame (either means: send
+        it again), or ``None`` after the timeout. A good reply to another request (the
+        answer to a retransmission that was not needed after all) and a NAK of another
+        ``seq`` are skipped. Bytes of a frame still unfinished at the timeout are dropped:
+        a garbled count would otherwise swallow the replies that follow, one
+        retransmission after another."""
+        deadline = self.clock() + self.timeout
+        while self.clock() < deadline:
             data = self.port.read(1)          # returns as soon as a byte is there
             waiting = getattr(self.port, "in_waiting", 0)
             if data and waiting:
                 data += self.port.read(waiting)
             for frame in self._parser.feed(data) if data else ():
-                if frame.ok and frame.first != Kind.NAK and frame.seq != seq:
+                if frame.ok and frame.seq != seq:
                     continue
                 self._parser.buffer.clear()
                 return frame
@@ -202,16 +293,18 @@ class SerialLink:
         position = 0
         busy = 0
         while position < len(words) or not words:
-            chunk = words[position:position + self.chunk]
-            if self._exchange(chunk) == Kind.BUSY:
+            kind, sent = self._exchange(words[position:position + self.chunk])
+            if words and not sent:
+                continue                 # the board took none of them: again, shorter
+            if kind == Kind.BUSY:
                 busy += 1
                 self.busy += 1
                 if busy > self.max_busy:
                     raise LinkError(f"{self.name}: the TPU takes no more commands")
-                time.sleep(self.busy_wait)
+                self.sleep(self.busy_wait)
                 continue
             busy = 0
-            position += len(chunk)
+            position += len(sent)
             if not words:
                 return
 
