@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench lint fuzz clean board
+.PHONY: demo test bench lint fuzz prove clean board
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ bench: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/tpuer lint
+
+# make prove: the formal proofs (tpuer/sim/formal.py) by induction with Yosys, as a table
+prove: $(VENV)/.installed
+	$(BIN)/python -m tpuer.sim.formal
 
 # make fuzz [INSTRUCTIONS=1000000] [SECONDS=...] [SHARDS=16]: the random differential
 # campaign of tests/test_campaign.py, long, spread over every core; a mismatch is printed

