@@ -50,6 +50,23 @@ def _elaborated(component):
     return component.elaborate(None)
 
 
+def _inner(module, name):
+    """Submodule ``name`` of elaborated ``module``, elaborated in its place, so that a
+    harness can name its registers and add read ports to its memories."""
+    component = module._named_submodules[name][0]
+    inner = _elaborated(component)
+    module._named_submodules[name] = (inner, *module._named_submodules[name][1:])
+    return inner
+
+
+def _memory_rows(m, memory, depth):
+    """Every row of ``memory``, through asynchronous read ports of the harness."""
+    ports = [memory.read_port(domain="comb") for _ in range(depth)]
+    for k, port in enumerate(ports):
+        m.d.comb += port.addr.eq(k)
+    return Array(port.data for port in ports)
+
+
 def internal_signals(module):
     """The signals an elaborated :class:`~amaranth.hdl.Module` assigns or reads, by name:
     the registers a harness states invariants over."""
@@ -194,11 +211,7 @@ def _queue(kind, lookahead, depth=3):
             if lookahead:
                 entries = Array(inside[f"entry{k}"] for k in range(depth))
             else:                 # the memory's rows, through read ports of the harness
-                memory = elaborated._named_submodules["entries"][0]
-                ports = [memory.read_port(domain="comb") for _ in range(depth)]
-                for k, port in enumerate(ports):
-                    m.d.comb += port.addr.eq(k)
-                entries = Array(port.data for port in ports)
+                entries = _memory_rows(m, elaborated._named_submodules["entries"][0], depth)
             read_at, write_at = inside["read_at"], inside["write_at"]
             slot_of = lambda position: entries[(read_at + position) % depth]
         count, inputs = _track(m, write=dut.w_en & dut.w_rdy, w_data=dut.w_data,
@@ -256,6 +269,48 @@ def _track(m, *, write, w_data, read, r_data, depth, nonempty, slot_of=None):
     return count, [until]
 
 
+def _weight_fifo():
+    def build():
+        from ..config import Config
+        from ..hw.weight_fifo import WeightFIFO
+        cfg = Config(rows=2, cols=1, weight_fifo_tiles=1)   # 2 rows in block RAM
+        depth = cfg.weight_fifo_depth
+        m = Module()
+        dut = WeightFIFO(cfg)
+        m.submodules.dut = elaborated = _elaborated(dut)
+        inside = internal_signals(elaborated)
+        ram = _inner(elaborated, "rows")
+        rows = _memory_rows(m, ram._named_submodules["words"][0], depth)
+        w_valid, w_payload, r_ready = (Signal(name="w_valid"), Signal(8, name="w_payload"),
+                                       Signal(name="r_ready"))
+        m.d.comb += [dut.w.valid.eq(w_valid), dut.w.payload.eq(w_payload),
+                     dut.r.ready.eq(r_ready)]
+        stored, head_valid = inside["stored"], inside["head_valid"]
+        read_ptr, write_ptr = inside["read_ptr"], inside["write_ptr"]
+        # The head row is on the RAM's output while head_valid; the others in the RAM,
+        # from the read pointer on.
+        def slot_of(position):
+            in_ram = rows[(read_ptr + position - head_valid) % depth]
+            return Mux(head_valid & (position == 0), dut.r.payload, in_ram)
+        count, inputs = _track(m, write=dut.w.valid & dut.w.ready,
+                               w_data=dut.w.payload.as_value(),
+                               read=dut.r.valid & dut.r.ready, r_data=dut.r.payload.as_value(),
+                               depth=depth + 1, nonempty=dut.r.valid | (stored != 0),
+                               slot_of=slot_of)
+        # valid never drops without a transfer and the row holds still meanwhile
+        waiting, last = Signal(), Signal(8)
+        m.d.sync += [waiting.eq(dut.r.valid & ~dut.r.ready), last.eq(dut.r.payload)]
+        m.d.comb += [
+            Assert(~waiting | (dut.r.valid & (dut.r.payload.as_value() == last))),
+            Assert(dut.level == count), Assert(dut.w.ready == (stored != depth)),
+            Assert(count == stored + head_valid), Assert(stored <= depth),
+            Assert(read_ptr < depth), Assert(write_ptr < depth),
+            Assert(write_ptr == (read_ptr + stored) % depth),
+        ]
+        return m, [w_valid, w_payload, r_ready, *inputs]
+    return build
+
+
 #: Every proof, by name.
 PROOFS = {proof.name: proof for proof in [
     Proof("accumulator_saturates", _saturating_add(False), depth=2,
@@ -271,6 +326,9 @@ PROOFS = {proof.name: proof for proof in [
     Proof("shift_queue_lookahead", _queue("shift", True), text="the same, lookahead form"),
     Proof("ring_queue", _queue("ring", False), text="the same, entries in LUT RAM"),
     Proof("ring_queue_lookahead", _queue("ring", True), text="the same, entries in registers"),
+    Proof("weight_fifo", _weight_fifo(),
+          text="Weight FIFO (block RAM, registered head): no row lost, doubled or reordered; "
+               "the stream rules on its output; level true"),
 ]}
 
 

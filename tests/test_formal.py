@@ -30,6 +30,9 @@ MUTATIONS = {
     "ring_queue_lookahead": ("ring_queue", "RingQueue",
                              "Cat((write_at_next == k) & (level_next != self.depth)",
                              "Cat((write_at_next == k)"),
+    "weight_fifo": ("weight_fifo", "WeightFIFO",
+                    "read = (stored != 0) & (~head_valid | self.r.ready)",
+                    "read = (stored != 0)"),
 }
 
 
