@@ -45,6 +45,9 @@ class SerialLink(wiring.Component):
     ----------
     byte_timeout : int
         Clock cycles without a byte after which a frame is cut short (a NAK is sent).
+    queue_words : int
+        Words of the command queue (the host's :data:`~tpuer.link.COMMAND_QUEUE_WORDS`;
+        smaller only for a proof).
     registered_crc : bool
         The bytes sent come from registers: each header field's byte and the reply word's
         byte in one, the state's choice among them in the next (``tx_bytes.payload``);
@@ -61,11 +64,17 @@ class SerialLink(wiring.Component):
         word's last byte).
     """
 
-    def __init__(self, *, byte_timeout, registered_crc=False):
+    def __init__(self, *, byte_timeout, registered_crc=False,
+                 queue_words=COMMAND_QUEUE_WORDS):
         if not isinstance(byte_timeout, int) or byte_timeout < 1:
             raise ValueError(f"byte_timeout must be a positive number of cycles, not "
                              f"{byte_timeout!r}")
+        if not isinstance(queue_words, int) or queue_words < 2 or \
+                queue_words & (queue_words - 1):
+            raise ValueError(f"queue_words must be a power of 2 from 2 up, not "
+                             f"{queue_words!r}")
         self._byte_timeout = byte_timeout
+        self._queue_words = queue_words
         self._registered_crc = registered_crc
         super().__init__({
             "rx_bytes": In(stream.Signature(RX_BYTE_LAYOUT, always_ready=True)),
@@ -81,7 +90,7 @@ class SerialLink(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        depth = COMMAND_QUEUE_WORDS
+        depth = self._queue_words
         ptr_bits = (depth - 1).bit_length() + 1          # one more bit: full vs empty
 
         # --- command queue: tentative writes, committed when the frame checks ---------

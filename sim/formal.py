@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.back import rtlil
-from amaranth.hdl import Array, Assert, Assume, Module, Mux, Signal, Value
+from amaranth.hdl import Array, Assert, Assume, Cat, Module, Mux, Signal, Value
 
 __all__ = ["PROOFS", "Proof", "ProofFailed", "prove", "internal_signals"]
 
@@ -71,10 +71,20 @@ def internal_signals(module):
     """The signals an elaborated :class:`~amaranth.hdl.Module` assigns or reads, by name:
     the registers a harness states invariants over."""
     found = {}
-    for statements in module._statements.values():
+
+    def visit(statements):
         for statement in statements:
-            for signal in (*statement._lhs_signals(), *statement._rhs_signals()):
-                found.setdefault(signal.name, signal)
+            if hasattr(statement, "cases"):               # a Switch: its test, its cases
+                for signal in statement.test._rhs_signals():
+                    found.setdefault(signal.name, signal)
+                for _patterns, nested, *_ in statement.cases:
+                    visit(nested)
+            elif hasattr(statement, "_lhs_signals"):
+                for signal in (*statement._lhs_signals(), *statement._rhs_signals()):
+                    found.setdefault(signal.name, signal)
+
+    for statements in module._statements.values():
+        visit(statements)
     return found
 
 
@@ -311,6 +321,93 @@ def _weight_fifo():
     return build
 
 
+def _link_queue(registered):
+    def build():
+        from ..hw.serial_link import SerialLink
+        depth, modulus = 4, 8                 # queue words; the pointers count modulo 8
+        m = Module()
+        dut = SerialLink(byte_timeout=3, registered_crc=registered, queue_words=depth)
+        m.submodules.dut = elaborated = _elaborated(dut)
+        inside = internal_signals(elaborated)
+        queue = elaborated._named_submodules["queue"][0]
+        ram = _inner(elaborated, "queue")
+        rows = _memory_rows(m, ram._named_submodules["words"][0], depth)
+        inputs = {name: Signal(len(signal), name=name) for name, signal in [
+            ("rx_valid", dut.rx_bytes.valid), ("rx_byte", dut.rx_bytes.payload.data),
+            ("rx_error", dut.rx_bytes.payload.framing_error), ("tx_ready", dut.tx_bytes.ready),
+            ("cmd_ready", dut.cmd.ready), ("rsp_valid", dut.rsp.valid),
+            ("rsp_payload", dut.rsp.payload)]}
+        m.d.comb += [dut.rx_bytes.valid.eq(inputs["rx_valid"]),
+                     dut.rx_bytes.payload.data.eq(inputs["rx_byte"]),
+                     dut.rx_bytes.payload.framing_error.eq(inputs["rx_error"]),
+                     dut.tx_bytes.ready.eq(inputs["tx_ready"]),
+                     dut.cmd.ready.eq(inputs["cmd_ready"]),
+                     dut.rsp.valid.eq(inputs["rsp_valid"]),
+                     dut.rsp.payload.eq(inputs["rsp_payload"])]
+        head, committed, tail = inside["head"], inside["committed"], inside["tail"]
+        distance = lambda a, b: (a - b)[:3]          # b to a, modulo 8
+        take = dut.cmd.valid & dut.cmd.ready
+        # The queue's pointers: committed words lie between head and tail, at most depth.
+        m.d.comb += [Assert(distance(tail, head) <= depth),
+                     Assert(distance(committed, head) <= distance(tail, head)),
+                     Assert(~dut.cmd.valid | (head != committed)),
+                     Assert(~(inside["head_valid"] & (head != committed)) |
+                            (queue.read_data == rows[head[:2]]))]
+        # A frame's words go in at tail, which runs ahead of committed only while a frame
+        # that may be taken is under way, by the words received, and never past the room
+        # Decide saw.
+        state = inside["link_state"]
+        encoding = elaborated._generated["link"].encoding
+        in_state = lambda *names: Cat(*(state == encoding[n] for n in names
+                                        if n in encoding)).any()
+        in_payload = in_state("Payload", "CrcHigh", "CrcLow", "CrcTaken", "Check")
+        take_words, index = inside["take_words"], inside["index"]
+        short_count = inside["count"][:len(index)]
+        new_request = (inside["flags"][0] | ~inside["have_last"] |
+                       (inside["seq"] != inside["last_seq"]))
+        m.d.comb += [
+            Assert(~(in_payload & take_words) | new_request),
+            Assert(in_payload | (tail == committed)),
+            Assert(~in_payload | (distance(tail, committed) == Mux(take_words, index, 0))),
+            Assert(~in_payload | (index <= short_count)),
+            Assert(~(in_payload & take_words) |
+                   (distance(committed, head) + short_count <= depth)),
+            Assert(~in_state("Payload") | (index < short_count)),
+            Assert(state <= max(encoding.values())),
+        ]
+        # cmd keeps the stream rules
+        waiting, last = Signal(), Signal(32)
+        m.d.sync += [waiting.eq(dut.cmd.valid & ~dut.cmd.ready), last.eq(dut.cmd.payload)]
+        m.d.comb += Assert(~waiting | (dut.cmd.valid & (dut.cmd.payload == last)))
+        # The tracked token: the ``until``-th word committed comes out of cmd at its turn.
+        seen = Signal(3, name="seen")                # committed, a cycle ago
+        m.d.sync += seen.eq(committed)
+        m.d.comb += Assert(distance(seen, head) <= distance(committed, head))
+        until = _held(m, 8, "until")
+        left, started = Signal(8, name="left"), Signal(name="track_started")
+        m.d.sync += started.eq(1)
+        remaining = Mux(started, left, until)
+        have, gone = Signal(name="have"), Signal(name="gone")
+        token_at, word = Signal(3, name="token_at"), Signal(32, name="token")
+        fresh = distance(committed, seen)            # words committed a cycle ago
+        capture = ~have & (remaining < fresh)
+        at = Mux(capture, (seen + remaining)[:3], token_at)
+        value = Mux(capture, rows[(seen + remaining)[:2]], word)
+        tracked = (have | capture) & ~gone
+        with m.If(capture):
+            m.d.sync += [have.eq(1), token_at.eq(at), word.eq(value)]
+        with m.Elif(~have):
+            m.d.sync += left.eq(remaining - fresh)
+        with m.If(tracked):
+            m.d.comb += [Assert(distance(at, head) < distance(committed, head)),
+                         Assert(rows[at[:2]] == value)]
+            with m.If(take & (head == at)):
+                m.d.comb += Assert(dut.cmd.payload == value)
+                m.d.sync += gone.eq(1)
+        return m, [*inputs.values(), until]
+    return build
+
+
 #: Every proof, by name.
 PROOFS = {proof.name: proof for proof in [
     Proof("accumulator_saturates", _saturating_add(False), depth=2,
@@ -326,6 +423,13 @@ PROOFS = {proof.name: proof for proof in [
     Proof("shift_queue_lookahead", _queue("shift", True), text="the same, lookahead form"),
     Proof("ring_queue", _queue("ring", False), text="the same, entries in LUT RAM"),
     Proof("ring_queue_lookahead", _queue("ring", True), text="the same, entries in registers"),
+    Proof("link_command_queue", _link_queue(False), depth=6,
+          text="the serial link's command queue, whatever the bytes: only committed words "
+               "reach the TPU, each once and in order; a frame's words never overrun the "
+               "queue and are rolled back unless its end commits them; cmd keeps the "
+               "stream rules"),
+    Proof("link_command_queue_registered", _link_queue(True), depth=6,
+          text="the same, the link's registered form"),
     Proof("weight_fifo", _weight_fifo(),
           text="Weight FIFO (block RAM, registered head): no row lost, doubled or reordered; "
                "the stream rules on its output; level true"),
