@@ -303,7 +303,7 @@ class ModelBoard:
             self.tpu.take(words)
         limit = reply_limit(flags)
         reply = encode_reply(kind, seq, self.tpu.replies[:limit],
-                             taken=len(words) if kind == Kind.ACK else 0)
+                             took=kind == Kind.ACK and bool(words))
         del self.tpu.replies[:limit]
         self._last = (seq, reply)
         self._send(reply, t)

@@ -126,7 +126,7 @@ class LossyBoard:
                     self.pending.extend(w ^ 0xFFFF for w in frame.words)   # an "answer"
                 words, self.pending = self.pending[:MAX_REPLY_WORDS], self.pending[MAX_REPLY_WORDS:]
                 reply = encode_reply(kind, frame.seq, words,
-                                     taken=len(frame.words) if kind == Kind.ACK else 0)
+                                     took=kind == Kind.ACK and bool(frame.words))
                 self.last = (frame.seq, reply)
             self.outgoing += self._line(reply)
 

@@ -7,9 +7,9 @@ Every exchange is one request frame from the host and one reply frame from the b
     request  SYNC  flags  seq  count(2)  words(4 count)  crc(2)
     reply    SYNC  kind   seq  count(2)  words(4 words)  crc(2)
 
-A reply's ``count`` is ``words | taken << 7`` (:data:`REPLY_COUNT_LAYOUT`): the reply words
-it carries (0 to 64) and how many words the request it answers put into the command queue
-(0 to 256: 0 for a BUSY, a NAK or an empty request).
+A reply's ``count`` is ``words | took << 7``: the reply words it carries (0 to 64) and
+whether the request it answers put words into the command queue (1), or not (0: a BUSY,
+an empty request; in a NAK, which carries no words, ``took`` means nothing).
 
 ``SYNC`` is 0x7E; ``count`` and the words are little endian; ``crc`` is CRC-16/XMODEM of
 every byte after ``SYNC``, high byte first (so a whole frame checks to zero).
@@ -34,7 +34,7 @@ The host resends a request on a ``NAK`` naming it, on a garbled reply, or when n
 comes in time. After a ``NAK`` (and only when no earlier copy of the request can have been
 taken) it may send fewer words under the same ``seq``. When a copy may have been taken (its
 reply was lost or garbled), it asks with an empty request of the same ``seq``: the answer's
-``taken`` says whether the board took the words (the stored reply of the request comes
+``took`` says whether the board took the words (the stored reply of the request comes
 back) or not (the empty request itself was new, and the words go again, as short as the
 line needs, under the next ``seq``). It shortens requests and replies while the line keeps
 garbling them and lengthens them again while it does not.
@@ -57,13 +57,12 @@ MAX_REQUEST_WORDS = 256
 COMMAND_QUEUE_WORDS = 512
 #: Reply words one reply frame carries at most.
 MAX_REPLY_WORDS = 64
-#: A reply's ``count``: the reply words, and the words its request put into the queue.
+#: A reply's ``count``: the reply words, then whether its request put words into the queue.
 REPLY_WORDS_BITS = 7
-REPLY_TAKEN_BITS = 9
 
 
-def reply_count(words, taken):
-    return words | taken << REPLY_WORDS_BITS
+def reply_count(words, took):
+    return words | int(bool(took)) << REPLY_WORDS_BITS
 
 
 #: The request flags' field that halves the reply's words: bits 1..3.
@@ -117,8 +116,8 @@ def encode_request(seq, words, *, new_session=False, reply_halvings=0):
     return _frame(flags, seq, words)
 
 
-def encode_reply(kind, seq, words=(), taken=0):
-    return _frame(kind, seq, words, count=reply_count(len(words), taken))
+def encode_reply(kind, seq, words=(), took=False):
+    return _frame(kind, seq, words, count=reply_count(len(words), took))
 
 
 @dataclass
@@ -127,13 +126,13 @@ class Frame:
     seq: int
     words: list
     ok: bool            # the CRC checked
-    taken: int = 0      # of a reply: the words its request put into the queue
+    took: bool = False  # of a reply: its request put words into the queue
 
 
 class FrameParser:
     """Bytes in, frames out: skips bytes before a SYNC, waits for the whole frame, and
     reports a frame whose CRC fails with ``ok`` False. With ``replies``, the count is a
-    reply's (words and ``taken``)."""
+    reply's (words and ``took``)."""
 
     def __init__(self, max_words, *, replies=False):
         self.max_words = max_words
@@ -152,9 +151,9 @@ class FrameParser:
             if len(self.buffer) < HEADER_BYTES:
                 return frames
             count = int.from_bytes(self.buffer[3:5], "little")
-            taken = 0
+            took = False
             if self.replies:
-                count, taken = count & ((1 << REPLY_WORDS_BITS) - 1), count >> REPLY_WORDS_BITS
+                count, took = count & ((1 << REPLY_WORDS_BITS) - 1), bool(count >> REPLY_WORDS_BITS)
             if count > self.max_words:
                 del self.buffer[:1]             # a false SYNC: look for the next one
                 continue
@@ -166,7 +165,7 @@ class FrameParser:
             ok = crc16(raw[1:]) == 0
             words = [int.from_bytes(raw[HEADER_BYTES + 4 * k:HEADER_BYTES + 4 * k + 4], "little")
                      for k in range(count)]
-            frames.append(Frame(raw[1], raw[2], words, ok, taken))
+            frames.append(Frame(raw[1], raw[2], words, ok, took))
 
 
 class LinkError(RuntimeError):
@@ -234,7 +233,7 @@ class SerialLink:
                     if self._clean >= self.CLEAN_TO_LENGTHEN:
                         self.reply_halvings = max(0, self.reply_halvings - 1)
                         self._clean = 0
-                if maybe_taken and words and reply.taken != len(words):
+                if maybe_taken and words and not reply.took:
                     return Kind.ACK, []          # the empty request was the new one
                 return reply.first, words
             failures += 1
