@@ -24,7 +24,8 @@ class SerialLink(wiring.Component):
     back). A request is taken only if the queue has room for all its words; otherwise the
     reply says ``BUSY``. Each reply carries the TPU's reply words that are waiting (at most
     as many as the request's flags ask for, :func:`~tpuer.link.reply_limit`) and whether
-    its request put words into the queue, and is kept, so that a retransmitted request
+    its request put words into the queue (``took``: the registered form sends how many),
+    and is kept, so that a retransmitted request
     (the same ``seq``) is answered with the very same reply and executes nothing. A bad
     frame gets a NAK only if its ``seq`` may be the host's (:func:`~tpuer.link.plausible_seq`)
     and its flags are a request's; others, such as a false frame start inside a garbled
@@ -153,7 +154,11 @@ class SerialLink(wiring.Component):
         # The reply words the request asks for at most, less one.
         halvings = flags[REPLY_HALVINGS_SHIFT:REPLY_HALVINGS_SHIFT + 3]
         limit_last = Signal(range(MAX_REPLY_WORDS))
-        took = Signal()              # the stored reply's request put words into the queue
+        # The stored reply's request put words into the queue: how many (the registered
+        # form), or whether (the small form; the host reads only whether, and the count
+        # costs the iCEBreaker cells it lacks, while the registered form's netlist with it
+        # is the one that meets 100 MHz on the 85F).
+        taken = Signal(range(MAX_REQUEST_WORDS + 1) if self._registered_crc else 1)
 
         # --- the reply being sent: the stored one, or a NAK that leaves it alone --------
         busy_reply = Signal()            # the stored reply is a BUSY, not an ACK
@@ -184,8 +189,13 @@ class SerialLink(wiring.Component):
         # The header fields and the reply word's byte that the send states choose from.
         kind_byte = Mux(nak, Kind.NAK, Mux(busy_reply, Kind.BUSY, Kind.ACK))
         seq_byte = Mux(nak, seq, last_seq)
-        # A NAK carries no words; its ``took`` means nothing (the stored reply's is sent).
-        count_byte = Cat(Mux(nak, 0, reply_count[:REPLY_WORDS_BITS]), took)
+        if self._registered_crc:
+            count_byte = Mux(nak, 0, Cat(reply_count[:REPLY_WORDS_BITS], taken[0]))
+            count_high_byte = Mux(nak, 0, taken[1:])
+        else:
+            # A NAK carries no words; its ``taken`` means nothing (the stored one is sent).
+            count_byte = Cat(Mux(nak, 0, reply_count[:REPLY_WORDS_BITS]), taken)
+            count_high_byte = 0
         word_byte = reply_word.word_select(tx_lane[:2], 8)
         if self._registered_crc:
             # The byte to send is made in two register stages: each field's byte, then the
@@ -194,10 +204,12 @@ class SerialLink(wiring.Component):
             # stages, the reply word's copy and the CRC hold what the bytes before it left.
             # The CRC is given each byte sent from ``tx_value`` the cycle after the take
             # (and, through its input registers, takes it a cycle later).
-            fields = [Signal(8, name=f"tx_{name}") for name in ("kind", "seq", "count", "word")]
+            fields = [Signal(8, name=f"tx_{name}")
+                      for name in ("kind", "seq", "count", "count_high", "word")]
             m.d.sync += [field.eq(value) for field, value in
-                         zip(fields, (kind_byte, seq_byte, count_byte, word_byte))]
-            kind_byte, seq_byte, count_byte, word_byte = fields
+                         zip(fields, (kind_byte, seq_byte, count_byte, count_high_byte,
+                                      word_byte))]
+            kind_byte, seq_byte, count_byte, count_high_byte, word_byte = fields
             tx_next = Signal(8)             # the byte of this state
             tx_value = Signal(8)
             wants = Signal()                # this is a state that sends
@@ -235,7 +247,8 @@ class SerialLink(wiring.Component):
                 m.d.sync += [nak.eq(0), busy_reply.eq(kind == Kind.BUSY),
                              reply_count.eq(0), reply_room.eq(1),
                              last_seq.eq(seq), have_last.eq(1),
-                             took.eq(short_count.any() if kind == Kind.ACK else 0)]
+                             taken.eq((short_count if self._registered_crc else
+                                       short_count.any()) if kind == Kind.ACK else 0)]
                 m.next = "Collect"
 
         def refuse():
@@ -361,7 +374,7 @@ class SerialLink(wiring.Component):
                 with m.If(tx_taken):
                     m.next = "SendCountHigh"
             with m.State("SendCountHigh"):
-                send(0)
+                send(count_high_byte)
                 m.d.comb += [replies.read_addr.eq(0), replies.read_en.eq(1)]
                 with m.If(tx_taken):
                     with m.If(nak | (reply_count == 0)):

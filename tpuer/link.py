@@ -8,8 +8,9 @@ Every exchange is one request frame from the host and one reply frame from the b
     reply    SYNC  kind   seq  count(2)  words(4 words)  crc(2)
 
 A reply's ``count`` is ``words | took << 7``: the reply words it carries (0 to 64) and
-whether the request it answers put words into the command queue (1), or not (0: a BUSY,
-an empty request; in a NAK, which carries no words, ``took`` means nothing).
+whether the request it answers put words into the command queue (``took`` not 0; a board
+may say how many), or not (0: a BUSY, an empty request; in a NAK, which carries no words,
+``took`` means nothing).
 
 ``SYNC`` is 0x7E; ``count`` and the words are little endian; ``crc`` is CRC-16/XMODEM of
 every byte after ``SYNC``, high byte first (so a whole frame checks to zero).
