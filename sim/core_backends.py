@@ -8,14 +8,9 @@ from pathlib import Path
 
 from .isa_model import CoreModel
 
-__all__ = ["BACKENDS", "make_backend", "budget_error"]
+__all__ = ["BACKENDS", "make_backend"]
 
 BACKENDS = ("golden", "pysim", "verilator", "icarus", "serial")
-
-
-def budget_error(message):
-    from ..device import CycleBudgetError
-    return CycleBudgetError(message)
 
 
 class GoldenBackend:
@@ -99,7 +94,8 @@ class CocotbBackend:
                     except EOFError:
                         return
                     if isinstance(run, str):          # the bench stopped the core
-                        raise budget_error(run)
+                        from ..device import CycleBudgetError
+                        raise CycleBudgetError(run)
                     yield pickle.load(steps_file), run
 
 

@@ -205,10 +205,10 @@ class SerialBackend:
                         status = value
                     elif status is None and value["cycles"] > cycles_left:
                         self.link.send(encode.abort())
-                        from .core_backends import budget_error
-                        raise budget_error(f"the core ran past the call's cycle budget "
-                                           f"({value['cycles']:,} cycles in {what}); "
-                                           f"it was stopped")
+                        from ..device import CycleBudgetError
+                        raise CycleBudgetError(f"the core ran past the call's cycle budget "
+                                               f"({value['cycles']:,} cycles in {what}); "
+                                               f"it was stopped")
         raise LinkError(f"{self.link.name}: {what} still runs after {self.max_polls} polls")
 
     # --- a call --------------------------------------------------------------------------

@@ -488,8 +488,8 @@ BENCHES = {
 async def run_steps(io, cfg, steps, *, max_cycles=10_000_000, emit=None):
     """Run driver :class:`~tpuer.driver.Step` s (any iterable) one after another on the
     core (weights loaded before each); returns one :class:`CoreRun` per step, or hands
-    each to ``emit(step, run)`` as it ends. Raises :class:`~tpuer.device.CycleBudgetError` when the
-    core's cycles pass ``max_cycles`` in all."""
+    each to ``emit(step, run)`` as it ends. Raises :class:`~tpuer.device.CycleBudgetError`
+    when the core's cycles pass ``max_cycles`` in all."""
     from ..device import CycleBudgetError
     idle_inputs(io)
     runs, used = [], 0

@@ -8,6 +8,6 @@ from .config import Config, ConfigError
 from .device import CycleBudgetError, Device, TPUError
 from .quantize import Conv2D, Dense, QuantizedModel, quantize, quantize_mlp
 
-__all__ = ["Config", "ConfigError", "Device", "TPUError", "CycleBudgetError", "Dense", "Conv2D", "QuantizedModel",
-           "quantize", "quantize_mlp"]
+__all__ = ["Config", "ConfigError", "Device", "TPUError", "CycleBudgetError", "Dense", "Conv2D",
+           "QuantizedModel", "quantize", "quantize_mlp"]
 __version__ = "0.1.0"

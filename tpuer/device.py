@@ -68,6 +68,17 @@ def _instruction(index, item):
     return Instruction.decode(int(item))
 
 
+def _tally(totals, run, where):
+    """Add ``run``'s counters to ``totals`` (a counter the back end does not report makes
+    the total ``None``); raise :class:`TPUError` naming ``where`` unless it halted."""
+    if run.state is not CoreState.HALTED:
+        raise TPUError(f"{where} stopped in {run.state.name} with {run.error.name} at "
+                       f"instruction {run.error_pc}")
+    for name in totals:
+        value = getattr(run, name)
+        totals[name] = None if value is None or totals[name] is None else totals[name] + value
+
+
 class _Reporter:
     """Progress told to a function of the programs done, or to no one."""
 
@@ -257,14 +268,7 @@ class Device:
                 finished, outputs = [], []
                 left = budget - (totals["cycles"] or 0)
                 for index, (step, run) in enumerate(self._backend.run(steps, max_cycles=left)):
-                    if run.state is not CoreState.HALTED:
-                        raise TPUError(f"a program of layers {seg.layers} stopped in "
-                                       f"{run.state.name} with {run.error.name} at "
-                                       f"instruction {run.error_pc}")
-                    for name in totals:
-                        value = getattr(run, name)
-                        totals[name] = None if value is None or totals[name] is None \
-                            else totals[name] + value
+                    _tally(totals, run, f"a program of layers {seg.layers}")
                     if index % len(unit) == len(unit) - 1:
                         finished.append(step)
                         outputs.append(run.host_out)
@@ -318,15 +322,8 @@ class Device:
         bar = self._progress(progress, estimate, len(plan), "tpuer matmul")
         try:
             for step, run in self._backend.run(plan.steps(), max_cycles=budget):
-                if run.state is not CoreState.HALTED:
-                    raise TPUError(f"program {programs} of the matmul stopped in "
-                                   f"{run.state.name} with {run.error.name} at instruction "
-                                   f"{run.error_pc}")
+                _tally(totals, run, f"program {programs} of the matmul")
                 plan.place(result, step, run.host_out)
-                for name in totals:
-                    value = getattr(run, name)
-                    totals[name] = None if value is None or totals[name] is None \
-                        else totals[name] + value
                 programs += 1
                 bar.update(programs)
         finally:

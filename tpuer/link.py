@@ -154,7 +154,8 @@ class FrameParser:
             count = int.from_bytes(self.buffer[3:5], "little")
             took = False
             if self.replies:
-                count, took = count & ((1 << REPLY_WORDS_BITS) - 1), bool(count >> REPLY_WORDS_BITS)
+                count, took = (count & ((1 << REPLY_WORDS_BITS) - 1),
+                               bool(count >> REPLY_WORDS_BITS))
             if count > self.max_words:
                 del self.buffer[:1]             # a false SYNC: look for the next one
                 continue
