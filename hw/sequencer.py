@@ -7,8 +7,8 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import (ALL_LANES, INSTRUCTION_BITS, INSTRUCTION_LAYOUT, ConfigParam, CoreState,
-                   ErrorCode, MatmulFlag, Opcode, WriteHostFlag)
+from ..isa import (ALL_LANES, CONFIG_DEFAULTS, INSTRUCTION_BITS, INSTRUCTION_LAYOUT,
+                   ConfigParam, CoreState, ErrorCode, MatmulFlag, Opcode, WriteHostFlag)
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit
 from .arith import above, any_of, outside
 from .activation_issuer import ACTIVATE_REQUEST_LAYOUT
@@ -128,9 +128,10 @@ class Sequencer(wiring.Component):
             "issuer_busy": In(1),
             "issuer_acc_low": In(17), "issuer_acc_high": In(17),
             "issuer_ub_low": In(17), "issuer_ub_high": In(17),
-            # After reset: multiplier ~1.0 (2**31 - 1), everything else 0, as in the model.
+            # After reset: the ISA's defaults (a multiplier of ~1.0, everything else 0).
             "params": Out(ActivationUnit.params_layout_for(cfg),
-                          init={"multiplier": [(1 << 31) - 1] * cfg.cols}),
+                          init={"multiplier": [CONFIG_DEFAULTS[ConfigParam.MULTIPLIER]] *
+                                cfg.cols}),
             "param_write": Out(PARAM_WRITE_LAYOUT),
             "dma_request": Out(stream.Signature(DMA_REQUEST_LAYOUT)),
             "dma_pending": Out(1),

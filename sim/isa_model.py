@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..isa import (ALL_LANES, DEFINED_FLAGS, ConfigParam, CoreState, ErrorCode, Instruction,
-                   MatmulFlag, Opcode, WriteHostFlag)
+from ..isa import (ALL_LANES, CONFIG_DEFAULTS, DEFINED_FLAGS, ConfigParam, CoreState,
+                   ErrorCode, Instruction, MatmulFlag, Opcode, WriteHostFlag)
 from .accumulator_model import AccumulatorModel
 from .activation_model import ActivationParams, requantize
 from .numerics import check_range
@@ -52,11 +52,12 @@ class CoreModel:
         self.acc = AccumulatorModel(cfg)
         self.tiles = deque()
         self.active = np.zeros((cfg.rows, cfg.cols), dtype=np.int64)
-        self.bias = np.zeros(cfg.cols, dtype=np.int64)
-        self.multiplier = np.full(cfg.cols, (1 << 31) - 1, dtype=np.int64)
-        self.shift = np.zeros(cfg.cols, dtype=np.int64)
-        self.zero_point = 0
-        self.relu = False
+        self.bias = np.full(cfg.cols, CONFIG_DEFAULTS[ConfigParam.BIAS], dtype=np.int64)
+        self.multiplier = np.full(cfg.cols, CONFIG_DEFAULTS[ConfigParam.MULTIPLIER],
+                                  dtype=np.int64)
+        self.shift = np.full(cfg.cols, CONFIG_DEFAULTS[ConfigParam.SHIFT], dtype=np.int64)
+        self.zero_point = CONFIG_DEFAULTS[ConfigParam.ZERO_POINT]
+        self.relu = bool(CONFIG_DEFAULTS[ConfigParam.RELU])
 
     # --- what the host does directly ----------------------------------------------------
 

@@ -5,7 +5,7 @@ serial link (:mod:`tpuer.link`)."""
 import numpy as np
 
 from .. import isa
-from ..isa import ALL_LANES, ConfigParam, CoreState, MatmulFlag, Opcode
+from ..isa import ALL_LANES, CONFIG_DEFAULTS, CoreState, MatmulFlag, Opcode
 from ..link import LinkError, SerialLink
 from ..protocol import decode_replies, encode
 
@@ -54,10 +54,6 @@ class Residue:
         residue.program_words = cfg.program_depth
         residue.fifo = residue.active = residue.params = True
         return residue
-
-    def __bool__(self):
-        return bool(self.ub or self.acc or self.tiles or self.program_words or self.fifo or
-                    self.active or self.params)
 
     def ran(self, program, executed):
         """The first ``executed`` instructions of ``program`` ran."""
@@ -166,9 +162,8 @@ class SerialBackend:
                 for row in range(start, end, cfg.ub_depth):
                     program.append(isa.matmul(0, row, min(cfg.ub_depth, end - row),
                                               switch=len(program) == 1))
-            defaults = {ConfigParam.BIAS: 0, ConfigParam.MULTIPLIER: (1 << 31) - 1,
-                        ConfigParam.SHIFT: 0, ConfigParam.ZERO_POINT: 0, ConfigParam.RELU: 0}
-            program += [isa.config(param, value, ALL_LANES) for param, value in defaults.items()]
+            program += [isa.config(param, value, ALL_LANES)
+                        for param, value in CONFIG_DEFAULTS.items()]
             for start in range(0, len(program), cfg.program_depth - 1):
                 part = program[start:start + cfg.program_depth - 1] + [isa.halt()]
                 self._run_quietly(part)

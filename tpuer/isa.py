@@ -24,7 +24,7 @@ from amaranth.lib import data, enum
 
 __all__ = ["Opcode", "MatmulFlag", "WriteHostFlag", "ConfigParam", "ErrorCode",
            "INSTRUCTION_LAYOUT", "INSTRUCTION_BITS", "Instruction", "ALL_LANES",
-           "CoreState", "OPERANDS", "DEFINED_FLAGS"]
+           "CoreState", "OPERANDS", "DEFINED_FLAGS", "CONFIG_DEFAULTS"]
 
 
 class Opcode(enum.Enum, shape=unsigned(4)):
@@ -72,6 +72,11 @@ class ConfigParam(enum.IntEnum):
     ZERO_POINT = 3
     RELU = 4
 
+
+#: Each activation parameter after reset, until a CONFIG sets it: a multiplier of about
+#: 1.0 (2**31 - 1), everything else 0.
+CONFIG_DEFAULTS = {ConfigParam.BIAS: 0, ConfigParam.MULTIPLIER: (1 << 31) - 1,
+                   ConfigParam.SHIFT: 0, ConfigParam.ZERO_POINT: 0, ConfigParam.RELU: 0}
 
 #: ``count`` of a CONFIG instruction that sets a per-lane parameter in every lane.
 ALL_LANES = 0xFFFF
