@@ -24,51 +24,31 @@ from ..link import (BYTE_TIMEOUT_BITS, COMMAND_QUEUE_WORDS, FLAG_NEW_SESSION,
                     plausible_seq, reply_limit)
 from ..isa import CoreState, Instruction, Opcode
 from ..protocol import (STATUS_WORDS, Command, Memory, Reply, header, host_row_words,
-                        weight_row_words)
+                        int8_lanes, weight_row_words)
 from .isa_model import CoreModel
+from .line_faults import FAULTS, LineFaults
 
 __all__ = ["ModelBoard"]
 
-FAULTS = ("flip", "drop", "duplicate", "break_stop", "pause")
-
-
-def _lanes(words, lanes):
-    """int8 lanes packed four to a word, lane 0 in the low byte."""
-    raw = np.array(words, dtype="<u4").view(np.int8)
-    return raw[:lanes].astype(np.int64)
-
-
 class _Line:
     """One direction of the line: bytes leave one after another, a byte time each, and
-    arrive with the faults done to them."""
+    arrive with the faults done to them (a pause rests the line past the byte timeout)."""
 
     def __init__(self, rates, rng, byte_time, counts, name):
-        self.rates, self.rng, self.byte_time = rates, rng, byte_time
-        self.counts, self.name = counts, name
+        self.faults = LineFaults(rates, rng, counts, name)
+        self.byte_time = byte_time
         self.free = 0.0              # when the sender may start its next byte
-
-    def _hit(self, fault):
-        if self.rng.random() < self.rates.get(fault, 0.0):
-            key = f"{self.name}_{fault}"
-            self.counts[key] = self.counts.get(key, 0) + 1
-            return True
-        return False
 
     def carry(self, data, start):
         """(arrival time, byte, framing error) of the bytes ``data`` sent from ``start``."""
         t = max(start, self.free)
         out = []
         for byte in data:
-            if self._hit("pause"):
+            if self.faults.hit("pause"):
                 t += (BYTE_TIMEOUT_BITS + 10) * self.byte_time / 10
             t += self.byte_time
-            if self._hit("drop"):
-                continue
-            if self._hit("flip"):
-                byte ^= 1 << self.rng.randrange(8)
-            out.append((t, byte, self.name == "to_board" and self._hit("break_stop")))
-            if self._hit("duplicate"):
-                out.append((t + self.byte_time, byte, False))
+            out += [(t + k * self.byte_time, arrived, broken)
+                    for k, (arrived, broken) in enumerate(self.faults.carry(byte))]
         self.free = t
         return out
 
@@ -128,7 +108,7 @@ class _Commands:
             row = body[0] + k
             if row < self.cfg.weight_memory_depth:
                 self.core.weights[row // self.cfg.rows, row % self.cfg.rows] = \
-                    _lanes(body[1 + k * per:1 + (k + 1) * per], self.cfg.cols)
+                    int8_lanes(body[1 + k * per:1 + (k + 1) * per], self.cfg.cols)
 
     def _start(self, count, body):
         wanted = 0
@@ -147,7 +127,7 @@ class _Commands:
             return                   # rows while nothing runs are dropped
         per = host_row_words(self.cfg)
         for k in range(count):
-            self.running[2].append(_lanes(body[k * per:(k + 1) * per], self.cfg.ub_lanes))
+            self.running[2].append(int8_lanes(body[k * per:(k + 1) * per], self.cfg.ub_lanes))
         self._run_if_ready()
 
     def _run_if_ready(self):
@@ -193,7 +173,7 @@ class _Commands:
             self.replies.append(header(Reply.REFUSED, Command.WRITE_MEMORY.value))
             return
         per = host_row_words(self.cfg)
-        self.core.write_memory(row, [_lanes(body[1 + k * per:1 + (k + 1) * per],
+        self.core.write_memory(row, [int8_lanes(body[1 + k * per:1 + (k + 1) * per],
                                             self.cfg.ub_lanes) for k in range(count)])
 
 

@@ -23,6 +23,7 @@ import tty
 import cocotb
 from cocotb.triggers import Timer
 
+from ..sim.line_faults import LineFaults
 from .harness import CocotbIO
 
 #: Wall-clock seconds without a byte after which the simulated board gives up.
@@ -32,38 +33,14 @@ REST_CYCLES = 64
 CLOCK_NS = 10                    # CocotbIO's clock period
 
 
-class Line:
-    """A direction of the line, with its faults."""
-
-    def __init__(self, rates, rng, counts, name):
-        self.rates, self.rng, self.counts, self.name = rates, rng, counts, name
-
-    def _hit(self, fault):
-        if self.rng.random() < self.rates.get(fault, 0.0):
-            self.counts[f"{self.name}_{fault}"] = self.counts.get(f"{self.name}_{fault}", 0) + 1
-            return True
-        return False
-
-    def carry(self, byte):
-        """The bytes that arrive for one byte sent: (byte, broken stop bit) pairs."""
-        if self._hit("drop"):
-            return []
-        if self._hit("flip"):
-            byte ^= 1 << self.rng.randrange(8)
-        out = [(byte, self.name == "to_board" and self._hit("break_stop"))]
-        if self._hit("duplicate"):
-            out.append(out[0])
-        return out
-
-
 @cocotb.test()
 async def serve(dut):
     io = await CocotbIO.start(dut, period_ns=CLOCK_NS)
     faults = json.loads(os.environ.get("TPUER_FAULTS", "{}") or "{}")
     rng = random.Random(faults.get("seed", 1))
     counts = {}
-    to_board, from_board = Line(faults, rng, counts, "to_board"), \
-        Line(faults, rng, counts, "from_board")
+    to_board, from_board = LineFaults(faults, rng, counts, "to_board"), \
+        LineFaults(faults, rng, counts, "from_board")
     master, slave = os.openpty()
     tty.setraw(slave)
     os.set_blocking(master, False)

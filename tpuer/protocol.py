@@ -41,7 +41,7 @@ from .isa import CoreState, ErrorCode, Instruction
 
 __all__ = ["Command", "Reply", "Memory", "HEADER_LAYOUT", "MEMORY_ADDRESS_LAYOUT", "WORD_BITS",
            "weight_row_words", "host_row_words", "encode", "decode_replies", "Status",
-           "STATUS_FIELDS", "STATUS_WORDS", "STATUS_STATE_LAYOUT"]
+           "STATUS_FIELDS", "STATUS_WORDS", "STATUS_STATE_LAYOUT", "int8_lanes"]
 
 WORD_BITS = 32
 HEADER_LAYOUT = data.StructLayout({"count": unsigned(24), "opcode": unsigned(8)})
@@ -109,6 +109,13 @@ def _pack_int8(lanes, words):
     raw = np.zeros(4 * words, dtype=np.uint8)
     raw[:len(lanes)] = lanes.astype(np.int8).view(np.uint8)
     return [int(w) for w in raw.view("<u4")]
+
+
+def int8_lanes(words, lanes):
+    """The first ``lanes`` int8 lanes of row ``words``, as :func:`_pack_int8` packs them
+    (four to a word, lane 0 in the low byte)."""
+    raw = np.array(words, dtype="<u4").view(np.int8)
+    return raw[:lanes].astype(np.int64)
 
 
 def _memory_address(memory, row):
