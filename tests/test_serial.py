@@ -174,6 +174,31 @@ def test_driver_drops_a_reply_cut_short_by_the_line():
     assert board.executed == [1, 2, 3] and link.retries >= 1
 
 
+def test_a_stale_nak_lets_no_word_go_twice():
+    """Bytes inside a garbled request can look like a frame of its seq, so a second NAK of
+    that seq may come after the host has sent the request again; the request the board
+    took meanwhile must count once, whatever the host sends next."""
+    board = LossyBoard(random.Random(0))
+    real_write = board.write
+    copies = []
+
+    def write(data):
+        frames = FrameParser(MAX_REQUEST_WORDS).feed(data)
+        if frames[0].words and len(copies) < 2:
+            copies.append(frames[0])
+            board.outgoing += encode_reply(Kind.NAK, frames[0].seq)   # garbled; then stale
+            if len(copies) == 1:
+                return
+        real_write(data)
+
+    board.write = write
+    link = SerialLink(board, name="test board", timeout=0.01, attempts=5)
+    words = list(range(100))
+    link.send(words)
+    assert len(copies) == 2                  # the stale NAK came
+    assert board.executed == words
+
+
 def test_driver_names_the_port_when_the_board_is_silent():
     link = SerialLink(LossyBoard(random.Random(0), silent=True), name="/dev/ttyUSB7",
                       timeout=0.01, attempts=3)

@@ -31,14 +31,16 @@ every byte after ``SYNC``, high byte first (so a whole frame checks to zero).
   doubled. ``FLAG_NEW_SESSION`` makes the board forget the last ``seq``; the host sets it
   only on an empty request, the first of a session.
 
-The host resends a request on a ``NAK`` naming it, on a garbled reply, or when no reply
-comes in time. After a ``NAK`` (and only when no earlier copy of the request can have been
-taken) it may send fewer words under the same ``seq``. When a copy may have been taken (its
-reply was lost or garbled), it asks with an empty request of the same ``seq``: the answer's
-``took`` says whether the board took the words (the stored reply of the request comes
-back) or not (the empty request itself was new, and the words go again, as short as the
-line needs, under the next ``seq``). It shortens requests and replies while the line keeps
-garbling them and lengthens them again while it does not.
+The host resends a request on a ``NAK`` naming its ``seq``, on a garbled reply, or when no
+reply comes in time. Every copy of one ``seq`` carries the same words or none: a ``NAK``
+cannot tell which copy it refuses (bytes inside a garbled copy may look like a frame of
+that ``seq``), so different words under one ``seq`` could be taken twice or not at all.
+When a copy may have been taken (its reply was lost or garbled), or the host wants a
+shorter request after a ``NAK``, it asks with an empty request of the same ``seq``: the
+answer's ``took`` says whether the board took the words (the stored reply of the request
+comes back) or not (the empty request itself was new, and the words go again, as short as
+the line needs, under the next ``seq``). It shortens requests and replies while the line
+keeps garbling them and lengthens them again while it does not.
 """
 
 import time
@@ -215,9 +217,8 @@ class SerialLink:
 
     def _exchange(self, words, *, new_session=False):
         """One request until a good reply to it arrives; returns (its kind, the words the
-        board took of ``words``: all, or, after a NAK or when a copy was lost, the first
-        so many of a shorter request, or none)."""
-        maybe_taken = False        # a copy went out whose fate is unknown
+        board took of ``words``: all or, when a probe found them not taken, none)."""
+        maybe_taken = False        # a copy went out whose fate is unknown, or a probe is due
         failures = silent = 0
         while True:
             # Once a copy may have been taken, an empty request of the same seq asks.
@@ -246,10 +247,14 @@ class SerialLink:
                 raise LinkError(f"no good reply from {self.name} after {self.attempts} "
                                 f"attempts ({self.timeout} s each): is the board connected, "
                                 f"programmed and set to the same baud rate?")
-            if reply is not None and reply.ok:         # a NAK of this request
-                if not maybe_taken and len(words) > self.MIN_CHUNK and not new_session:
+            if reply is not None and reply.ok:         # a NAK of this seq
+                # A NAK cannot say which copy of the seq it refuses (one may have come
+                # from bytes that only looked like a frame, found inside an earlier copy),
+                # so every copy of a seq carries the same words: a shorter request goes
+                # under the next seq, after an empty probe has settled this one.
+                if sent and len(words) > self.MIN_CHUNK:
                     self.chunk = max(self.MIN_CHUNK, min(self.chunk, len(words)) // 2)
-                    words = words[:self.chunk]
+                    maybe_taken = True
             else:
                 # No reply, or a garbled one: this copy may have been taken. Replies and
                 # requests from now on are shorter.
