@@ -5,8 +5,8 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import crc, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..link import (BYTE_TIMEOUT_BITS, COMMAND_QUEUE_WORDS, CRC, FLAG_NEW_SESSION,
-                    MAX_REPLY_WORDS, MAX_REQUEST_WORDS, REPLY_HALVINGS_MASK,
+from ..link import (BYTE_TIMEOUT_BITS, COMMAND_QUEUE_WORDS, CRC, CRC_BYTES,
+                    FLAG_NEW_SESSION, MAX_REPLY_WORDS, MAX_REQUEST_WORDS, REPLY_HALVINGS_MASK,
                     REPLY_HALVINGS_SHIFT, REPLY_WORDS_BITS, REQUEST_FLAGS, SYNC, Kind,
                     reply_limit)
 from .arith import above
@@ -306,7 +306,7 @@ class SerialLink(wiring.Component):
                 with m.If(above(count, MAX_REQUEST_WORDS)):
                     refuse()                         # unexpected frame
                 with m.Elif(count == 0):
-                    m.next = "CrcHigh"
+                    m.next = "Crc"
                 with m.Else():
                     m.next = "Payload"
             with m.State("Payload"):
@@ -318,12 +318,15 @@ class SerialLink(wiring.Component):
                     with m.If(lane == 3):
                         m.d.sync += [index.eq(index + 1), tail.eq(tail + take_words)]
                         with m.If(last_index):
-                            m.next = "CrcHigh"
+                            m.next = "Crc"
                 receive(None, action=payload_byte)
-            with m.State("CrcHigh"):
-                receive("CrcLow")
-            with m.State("CrcLow"):
-                receive("CrcTaken" if self._registered_crc else "Check")
+            with m.State("Crc"):
+                # The CRC's bytes, counted in ``lane`` (0 as the state is entered).
+                def crc_byte():
+                    m.d.sync += lane.eq(lane + 1)
+                    with m.If(lane == CRC_BYTES - 1):
+                        m.next = "CrcTaken" if self._registered_crc else "Check"
+                receive(None, action=crc_byte)
             if self._registered_crc:
                 with m.State("CrcTaken"):
                     m.next = "Check"        # the CRC takes the frame's last byte
@@ -378,7 +381,7 @@ class SerialLink(wiring.Component):
                 m.d.comb += [replies.read_addr.eq(0), replies.read_en.eq(1)]
                 with m.If(tx_taken):
                     with m.If(nak | (reply_count == 0)):
-                        m.next = "SendCrcHigh"
+                        m.next = "SendCrc"
                     with m.Else():
                         m.next = "SendWords"
             with m.State("SendWords"):
@@ -390,13 +393,14 @@ class SerialLink(wiring.Component):
                         m.d.sync += [tx_lane.eq(0), sent.eq(sent + 1)]
                         m.d.comb += [replies.read_addr.eq(sent_next), replies.read_en.eq(1)]
                         with m.If(last_sent):
-                            m.next = "SendCrcHigh"
-            with m.State("SendCrcHigh"):
-                send(frame_crc.crc[8:], crc_it=False)
+                            m.next = "SendCrc"
+            with m.State("SendCrc"):
+                # The CRC's bytes, high first, counted in ``tx_lane`` (0 as it is entered).
+                high_first = Cat(*reversed([frame_crc.crc.word_select(k, 8)
+                                            for k in range(CRC_BYTES)]))
+                send(high_first.word_select(tx_lane[:2], 8), crc_it=False)
                 with m.If(tx_taken):
-                    m.next = "SendCrcLow"
-            with m.State("SendCrcLow"):
-                send(frame_crc.crc[:8], crc_it=False)
-                with m.If(tx_taken):
-                    m.next = "Hunt"
+                    m.d.sync += tx_lane.eq(tx_lane + 1)
+                    with m.If(tx_lane == CRC_BYTES - 1):
+                        m.next = "Hunt"
         return m

@@ -19,8 +19,8 @@ from collections import deque
 
 import numpy as np
 
-from ..link import (BYTE_TIMEOUT_BITS, COMMAND_QUEUE_WORDS, FLAG_NEW_SESSION,
-                    MAX_REQUEST_WORDS, REQUEST_FLAGS, SYNC, Kind, crc16, encode_reply,
+from ..link import (BYTE_TIMEOUT_BITS, COMMAND_QUEUE_WORDS, CRC_BYTES, FLAG_NEW_SESSION,
+                    MAX_REQUEST_WORDS, REQUEST_FLAGS, SYNC, Kind, encode_reply, frame_crc,
                     plausible_seq, reply_limit)
 from ..isa import CoreState, Instruction, Opcode
 from ..protocol import (STATUS_WORDS, Command, Memory, Reply, header, host_row_words,
@@ -255,7 +255,7 @@ class ModelBoard:
         if len(frame) == 4 and int.from_bytes(frame[2:4], "little") > MAX_REQUEST_WORDS:
             self._frame = None
             self._nak(frame, t)
-        elif len(frame) >= 4 and len(frame) == 4 + 4 * int.from_bytes(frame[2:4], "little") + 2:
+        elif len(frame) >= 4 and len(frame) == 4 + 4 * int.from_bytes(frame[2:4], "little") + CRC_BYTES:
             self._frame = None
             self._check(frame, t)
 
@@ -268,7 +268,7 @@ class ModelBoard:
 
     def _check(self, frame, t):
         flags, seq = frame[0], frame[1]
-        if self._bad or crc16(frame) != 0:
+        if self._bad or frame_crc(frame) != 0:
             self._nak(frame, t)
             return
         if flags & FLAG_NEW_SESSION:
@@ -277,7 +277,7 @@ class ModelBoard:
             self._send(self._last[1], t)         # a retransmission: the same reply
             return
         words = [int.from_bytes(frame[4 + 4 * k:8 + 4 * k], "little")
-                 for k in range((len(frame) - 6) // 4)]
+                 for k in range((len(frame) - 4 - CRC_BYTES) // 4)]
         kind = Kind.ACK if len(words) <= COMMAND_QUEUE_WORDS else Kind.BUSY
         if kind == Kind.ACK:
             self.tpu.take(words)

@@ -12,7 +12,7 @@ from amaranth.sim import Simulator
 import tpuer
 from tpuer.hw.uart import UARTReceiver, UARTTransmitter
 from tpuer.link import (MAX_REPLY_WORDS, MAX_REQUEST_WORDS, FrameParser, Kind, LinkError,
-                        SerialLink, crc16, encode_reply, encode_request)
+                        SerialLink, encode_reply, encode_request, frame_crc)
 from tpuer.sim import cocotb_backend as backend
 from tpuer.tb.board_harness import BoardHarness
 from tpuer.tb.board_tb import BENCHES, SIM_DIVISOR
@@ -70,7 +70,7 @@ def test_uart_refuses_a_divisor_below_four():
 
 
 def test_frames_round_trip_and_a_flipped_bit_fails_the_crc():
-    assert crc16(b"123456789") == 0x31C3             # CRC-16/XMODEM check value
+    assert frame_crc(b"123456789") == 0x0376E6E7     # CRC-32/MPEG-2 check value
     words = [0, 0xFFFFFFFF, 0x12345678]
     frame = encode_request(5, words, new_session=True)
     parser = FrameParser(MAX_REQUEST_WORDS)
