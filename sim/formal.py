@@ -416,6 +416,174 @@ def _link_queue(registered):
     return build
 
 
+def _driver(module, signal, start):
+    """The signal that a comb statement of elaborated ``module`` assigns to the bits of
+    ``signal`` from ``start`` on (a register the design leaves unnamed)."""
+    for statement in module._statements.get("comb", []):
+        lhs = getattr(statement, "lhs", None)
+        if getattr(lhs, "value", None) is signal and lhs.start == start:
+            return statement.rhs
+    raise LookupError(f"nothing drives {signal.name}[{start}:]")
+
+
+def _sequencer(control_registers):
+    def build():
+        from amaranth.lib import data, wiring
+        from ..config import Config
+        from ..hw.host_dma import DMA_WRITE_ACC
+        from ..hw.sequencer import Sequencer
+        from ..isa import INSTRUCTION_LAYOUT, Opcode
+        # Depths that are no powers of two, so that an address past the end still fits
+        # its field; a program memory of four words.
+        cfg = Config(rows=2, cols=2, ub_depth=6, acc_depth=6, weight_fifo_tiles=1,
+                     weight_tiles=3, program_depth=4, control_registers=control_registers)
+        m = Module()
+        dut = Sequencer(cfg)
+        m.submodules.dut = elaborated = _elaborated(dut)
+        inside = internal_signals(elaborated)
+        inputs = []          # every input of the sequencer is any value in every cycle
+        for path, member, value in dut.signature.flatten(dut):
+            if member.flow == wiring.In:
+                free = Signal(member.shape, name="_".join(map(str, path)))
+                m.d.comb += value.eq(free)
+                inputs.append(free)
+        # Every memory access it issues lies inside its memory.
+        matmul = dut.matmul.valid & dut.matmul.ready
+        m.d.comb += Assert(~matmul | ((dut.matmul.payload.ub_addr < cfg.ub_depth) &
+                                      (dut.matmul.payload.acc_addr < cfg.acc_depth)))
+        act = dut.activate_request
+        m.d.comb += Assert(~(act.valid & act.ready) | (
+            (act.payload.acc_end == act.payload.acc_addr + act.payload.count) &
+            (act.payload.ub_end == act.payload.ub_addr + act.payload.count) &
+            (act.payload.acc_end <= cfg.acc_depth) & (act.payload.ub_end <= cfg.ub_depth)))
+        dma = dut.dma_request
+        dma_end = dma.payload.addr + dma.payload.count
+        m.d.comb += Assert(~(dma.valid & dma.ready) | (
+            dma_end <= Mux(dma.payload.kind == DMA_WRITE_ACC, cfg.acc_depth, cfg.ub_depth)))
+        weights = dut.weight_request
+        m.d.comb += Assert(~(weights.valid & weights.ready) |
+                           (weights.payload.tile + weights.payload.tiles <= cfg.weight_tiles))
+        # A MATMUL switches to a new tile only when a READ_WEIGHTS asked for one that no
+        # MATMUL has switched to yet: tiles asked for less tiles switched to.
+        outstanding = Signal(17, name="outstanding")
+        asked = Mux(weights.valid & weights.ready, weights.payload.tiles, 0)
+        switched = matmul & dut.matmul.payload.new_tile
+        m.d.sync += outstanding.eq(outstanding + asked - switched)
+        tiles = inside["tiles"]
+        m.d.comb += [Assert(~switched | (outstanding != 0)),
+                     Assert(outstanding <= cfg.weight_fifo_tiles + 1),
+                     Assert(outstanding == tiles)]
+        # What makes it inductive: the registers made as an instruction is loaded agree
+        # with the instruction, and a MATMUL's row counters with its range.
+        instr = data.View(INSTRUCTION_LAYOUT, inside["instr"])
+        own = dut._static_decode(m, instr)
+        is_op = {code: inside[f"is_{code.name.lower()}"] for code in Opcode}
+        ub_row = _driver(elaborated, inside["matmul__payload"], 0)
+        acc_row = _driver(elaborated, inside["matmul__payload"], cfg.ub_addr_width)
+        rows_left, first_row = inside["rows_left"], inside["first_row"]
+        a_end = _driver(elaborated, inside["activate_request__payload"], 48)   # acc_end
+        b_end = inside["b_end"]
+        switching = is_op[Opcode.MATMUL] & instr.flags[1] & (instr.count != 0)
+        # (From the first load on: the registers' reset values are no instruction's.)
+        loaded = Signal(name="loaded")
+        m.d.sync += loaded.eq(loaded | inside["load"])
+        encoding = elaborated._generated["sequencer"].encoding
+        in_state = lambda *names: Cat(inside["sequencer_state"] == encoding[state]
+                                      for state in names if state in encoding).any()
+        starting = in_state("Idle", "Fill", "Decode", "Prime")
+        running = ~starting          # Run or Drain: the instruction under way is loaded
+        m.d.comb += Assert(loaded | starting)
+        holds = [
+            *(is_op[code] == own["is_op"][code] for code in Opcode),
+            a_end == own["a_end"], b_end == own["b_end"],
+            inside["static_bad_parts"] == Cat(*own["bad"]),
+            inside["count_zero"] == (instr.count == 0),
+            ~is_op[Opcode.MATMUL] | (instr.count == 0) | (
+                (rows_left != 0) & (inside["last_step"] == (rows_left == 1)) &
+                (ub_row + rows_left == a_end) & (acc_row + rows_left == b_end)),
+            # (START sets first_row before the load that makes it true, so in the run only)
+            ~(running & is_op[Opcode.MATMUL] & first_row) | (rows_left == instr.count),
+            # a switching MATMUL that passed its checks finds its tile
+            ~(running & switching & first_row & ~inside["no_weights"]) | (tiles != 0),
+            ~(is_op[Opcode.READ_WEIGHTS] & ~inside["weight_overflow"] & ~inside["static_bad"]) |
+            (tiles + instr.count <= cfg.weight_fifo_tiles + 1),
+        ]
+        if not control_registers:
+            holds += [inside["tiles_added"] == Mux(is_op[Opcode.READ_WEIGHTS],
+                                                   instr.count[:len(tiles)], 0),
+                      inside["takes_tile"] == switching]
+        m.d.comb += [Assert(~loaded | value) for value in holds]
+        if control_registers:
+            _registered_sequencer(m, dut, elaborated, inside, in_state, instr, is_op, own)
+        return m, inputs
+    return build
+
+
+def _registered_sequencer(m, dut, elaborated, inside, in_state, instr, is_op, own):
+    """What makes the sequencer's registered form inductive besides what both forms
+    share: the checks stored beside each instruction agree with it (in the memory, its
+    read registers and ``upcoming``); the flags made at the load (``has_error``, the armed
+    flags, ``tiles_after``) agree with the instruction under way; the fill flags with the
+    state."""
+    from amaranth.lib import data
+    from ..hw.sequencer import Sequencer
+    from ..isa import INSTRUCTION_BITS, INSTRUCTION_LAYOUT, Opcode
+
+    def decode(word):
+        return dut._static_decode(m, data.View(INSTRUCTION_LAYOUT, word[:INSTRUCTION_BITS]))
+
+    def stored_right(word):
+        return word[INSTRUCTION_BITS:] == Cat(*Sequencer._stored_checks(decode(word)))
+
+    program = elaborated._named_submodules["program"][0]
+    program_inside = _inner(elaborated, "program")
+    read_stage = program_inside._named_submodules["ram"][0]
+    ram = _inner(program_inside, "ram")
+    rows = _memory_rows(m, ram._named_submodules["words"][0], dut._cfg.program_depth)
+    m.d.comb += [Assert(stored_right(word))
+                 for word in (*rows, read_stage.read_data, program.read_data)]
+    # ``upcoming`` and its decode, kept as it was filled
+    upcoming = inside["upcoming"]
+    theirs = decode(upcoming)
+    kept = [inside["upcoming_a_end"] == theirs["a_end"],
+            inside["upcoming_b_end"] == theirs["b_end"],
+            *(inside[f"upcoming_{key}"] == theirs[key]
+              for key in ("many_tiles", "no_opcode", "bad_field")),
+            *(inside[f"upcoming_is_{code.name.lower()}"] == theirs["is_op"][code]
+              for code in Opcode),
+            *(inside[f"upcoming_{code.name.lower()}_check{k}"] == fails
+              for code, code_checks in theirs["checks"].items()
+              for k, (fails, _) in enumerate(code_checks))]
+    m.d.comb += [Assert(~in_state("Prime", "Run") | value) for value in kept]
+    # the fill flags
+    m.d.comb += [Assert(inside["filling"] == in_state("Fill", "Decode", "Prime")),
+                 Assert(inside["in_prime"] == in_state("Prime"))]
+    # the flags made at the load, in Run (elsewhere the armed flags are clear)
+    count_zero = instr.count == 0
+    has_error = Cat(*own["bad"]).any() | inside["weight_overflow"] | inside["no_weights"]
+    clear = ~has_error & ~inside["beyond_end"]
+    rows_op = (is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST] |
+               is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] | is_op[Opcode.ACTIVATE])
+    armed = {
+        "halt": clear & is_op[Opcode.HALT],
+        "config": clear & is_op[Opcode.CONFIG],
+        "sync": clear & is_op[Opcode.SYNC],
+        "quick": clear & (is_op[Opcode.NOP] | (count_zero & rows_op)),
+        "dma": clear & ~count_zero & (is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST]),
+        "weights": clear & ~count_zero & is_op[Opcode.READ_WEIGHTS],
+        "matmul": clear & ~count_zero & is_op[Opcode.MATMUL],
+        "activate": clear & ~count_zero & is_op[Opcode.ACTIVATE]}
+    running = in_state("Run")
+    tiles = inside["tiles"]
+    switching = is_op[Opcode.MATMUL] & instr.flags[1] & ~count_zero
+    tiles_after = (tiles + Mux(is_op[Opcode.READ_WEIGHTS], instr.count[:len(tiles)], 0) -
+                   (switching & inside["first_row"]))[:len(tiles)]
+    m.d.comb += [Assert(inside[f"{kind}_armed"] == (running & value))
+                 for kind, value in armed.items()]
+    m.d.comb += [Assert(~running | (inside["has_error"] == has_error)),
+                 Assert(~running | (inside["tiles_after"] == tiles_after))]
+
+
 #: Every proof, by name.
 PROOFS = {proof.name: proof for proof in [
     Proof("accumulator_saturates", _saturating_add(False), depth=2,
@@ -441,6 +609,11 @@ PROOFS = {proof.name: proof for proof in [
     Proof("weight_fifo", _weight_fifo(),
           text="Weight FIFO (block RAM, registered head): no row lost, doubled or reordered; "
                "the stream rules on its output; level true"),
+    Proof("sequencer", _sequencer(0),
+          text="whatever the program and the datapath do, every access the sequencer issues "
+               "(MATMUL rows, ACTIVATE, host transfers, weight reads) lies inside its memory, "
+               "and a MATMUL switches to a new tile only when a READ_WEIGHTS asked for one"),
+    Proof("sequencer_registered", _sequencer(1), text="the same, the registered form"),
 ]}
 
 

@@ -39,6 +39,12 @@ MUTATIONS = {
     "weight_fifo": ("weight_fifo", "WeightFIFO",
                     "read = (stored != 0) & (~head_valid | self.r.ready)",
                     "read = (stored != 0)"),
+    "sequencer": ("sequencer", "Sequencer",
+                  "ub_over = lambda end: above(end, cfg.ub_depth)",
+                  "ub_over = lambda end: above(end, cfg.ub_depth + 1)"),
+    "sequencer_registered": ("sequencer", "Sequencer",
+                             "finds_no_tile = fetched_takes_tile & (tiles_then == 0)",
+                             "finds_no_tile = fetched_takes_tile & 0"),
 }
 
 
