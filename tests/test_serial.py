@@ -392,3 +392,28 @@ def test_link_holds_on_the_model_board_at_ten_times_the_readme_fault_rates(scale
         twin = tpuer.Device(SERIAL_CONFIG, backend="serial", port=one)
         twin.matmul(np.ones((64, 32), np.int8), np.ones((32, 16), np.int8))
     assert (again.now, again.faults_injected) == (first.now, first.faults_injected)
+
+
+@pytest.mark.parametrize("scale, products", [(1, 2), (10, 1)], ids=["readme", "10x"])
+def test_link_holds_on_the_rtl_board_in_simulated_time(scale, products):
+    """The same on the board's RTL (Verilator), smaller: 16x16x8 products, each exact,
+    none ending in LinkError. The board runs in step with the host (``in_step``), so the
+    host's timeouts are simulated time and the seed alone decides the run."""
+    require_simulator("verilator")
+    from tpuer.sim.board_sim import SimulatedBoard
+    rng = np.random.default_rng(seed())
+    faults = {name: rate * scale for name, rate in README_FAULTS.items()}
+    retries = 0
+    with SimulatedBoard(SERIAL_CONFIG, faults={**faults, "seed": seed()},
+                        in_step=True) as board:
+        device = tpuer.Device(SERIAL_CONFIG, backend="serial", port=board.port)
+        for _ in range(products):
+            a = rng.integers(-128, 128, (16, 16)).astype(np.int8)
+            b = rng.integers(-128, 128, (16, 8)).astype(np.int8)
+            assert np.array_equal(device.matmul(a, b), a.astype(np.int64) @ b)
+            retries += device.stats["link_retries"]
+        line_time = board.port.clock()
+    injected = sum(board.faults_injected.values())
+    print(f"RTL board, {products} products at {scale}x the README's fault rates: "
+          f"{injected} faults, {retries} retries, {line_time:.1f} s of line time, no LinkError")
+    assert injected > 0 and retries > 0
