@@ -78,9 +78,10 @@ def test_the_issues_reproductions_give_the_documented_results():
 
 
 @pytest.mark.parametrize("backend", ["golden", "pysim", "verilator"])
-def test_a_call_past_its_cycle_budget_is_stopped(backend):
-    """Refused up front by the estimate on the RTL back ends; stopped as it passes the
-    budget on the golden one (whose run is the cycle model)."""
+def test_a_call_past_its_cycle_budget_is_stopped(backend, monkeypatch):
+    """Refused up front by the estimate on the RTL back ends, and stopped as it passes the
+    budget when the estimate lets it through; stopped on the golden one (whose run is the
+    cycle model)."""
     if backend == "verilator":
         require_simulator(backend)
     device = tpuer.Device(CFG, backend=backend)
@@ -92,6 +93,12 @@ def test_a_call_past_its_cycle_budget_is_stopped(backend):
     with pytest.raises(tpuer.CycleBudgetError, match="budget"):
         device.run_program(program, max_cycles=cycles - 1)
     assert device.run_program(program, max_cycles=cycles).state is CoreState.HALTED
+    if backend != "golden":
+        # An estimate too low to refuse it: the RTL's run itself stops at the budget.
+        monkeypatch.setattr(device, "_refuse_above", lambda *args: 0)
+        with pytest.raises(tpuer.CycleBudgetError, match="ran past the call's cycle budget"):
+            device.run_program(program, max_cycles=cycles - 1)
+        assert device.run_program(program, max_cycles=cycles).state is CoreState.HALTED
 
 
 def test_a_product_over_its_budget_is_refused_with_the_estimate():
