@@ -87,13 +87,15 @@ class Config:
         registers (the feed's hold-back check a cycle ahead, the host reads' room from the
         queue alone), which costs a few flip-flops and look-up tables and no cycles.
     control_registers : int
-        1 (the default): the control path has the register stages that fast clocks need,
-        at no cost in cycles: the sequencer holds the next instruction in a register
-        (``upcoming``), counts late events a cycle later and writes CONFIG's parameters a
-        cycle after it retires; the host interface offers each reply word from a register
-        (a word every other cycle) and checks memory commands in a state of their own; the
-        serial link registers its CRC and has a register stage each way around the host
-        streams. 0: none of these, for a small FPGA at a slow clock (the iCE40UP5K at
+        1 (the default): the control path has the register stages that fast clocks need.
+        They cost one more fill cycle at the start of every run, and the host interface
+        sends a reply word every other cycle instead of every cycle (still far faster than
+        any serial line): the sequencer decodes the next instruction a cycle before it is
+        loaded, counts late events a cycle later and writes CONFIG's parameters a cycle
+        after it retires; the host interface offers each reply word from a register and
+        checks memory commands in a state of their own; the serial link registers its
+        bytes, its CRC's inputs and its last-word checks, and has a register stage each
+        way around the host streams. 0: none of these, for a small FPGA at a slow clock (the iCE40UP5K at
         24 MHz, where the sequencer's and the host interface's stages alone took 144
         logic cells).
 
