@@ -11,6 +11,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..config import Config
 from .boards import DEVICE_MULTIPLIERS, board as find_board
 from .block_bench import BlockBenchTop
 from .top import BoardTop, board_pll
@@ -150,15 +151,13 @@ def tool_options(family, seed=None, router=None, timing_weight=None, placer=None
     return options
 
 
-def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_latency=None,
-                memory_read_latency=None, seed=None, router=None, placer=None,
-                timing_weight=None, clock_mhz=None, global_reset=None, block=None,
-                build_dir=None, program=False, say=print):
-    """Build the bitstream of board ``name`` (with the array made ``rows`` x ``cols``, the
-    activation unit's ``activation_steps``, the ``multiply_latency``, the
-    ``memory_read_latency``, nextpnr's placement ``seed``, ``router``, ``placer`` and
-    its ``timing_weight``, the clock target ``clock_mhz`` and the ``global_reset`` changed if
-    given), write
+def build_board(name, *, seed=None, router=None, placer=None, timing_weight=None,
+                clock_mhz=None, global_reset=None, block=None, build_dir=None, program=False,
+                say=print, **config):
+    """Build the bitstream of board ``name`` (with nextpnr's placement ``seed``, ``router``,
+    ``placer`` and its ``timing_weight``, the clock target ``clock_mhz``, the
+    ``global_reset`` and the fields of ``config`` changed from the board's where given:
+    those :class:`~tpuer.config.Config` fields whose ``Parameter.build`` is set), write
     ``report.json`` and ``report.md`` beside it, and return the report. With ``block`` (a
     name of :func:`tpuer.hw.export.blocks`) the bitstream holds that block of the TPU
     alone between registers (:class:`~tpuer.fpga.block_bench.BlockBenchTop`), built for
@@ -190,16 +189,13 @@ def build_board(name, *, rows=None, cols=None, activation_steps=None, multiply_l
             raise BuildOptionError("a reset on a clock network (--global-reset) is made for "
                                    "the ECP5 boards only")
         board = replace(board, global_reset=bool(global_reset))
-    cfg = board.config
-    if rows is not None or cols is not None:
-        cfg = replace(cfg, rows=cfg.rows if rows is None else rows,
-                      cols=cfg.cols if cols is None else cols)
-    if activation_steps is not None:
-        cfg = replace(cfg, activation_steps=activation_steps)
-    if multiply_latency is not None:
-        cfg = replace(cfg, multiply_latency=multiply_latency)
-    if memory_read_latency is not None:
-        cfg = replace(cfg, memory_read_latency=memory_read_latency)
+    settable = {parameter.name for parameter in Config.parameters() if parameter.build}
+    for field_name in config:
+        if field_name not in settable:
+            raise BuildOptionError(f"a board build may change {', '.join(sorted(settable))} "
+                                   f"of the board's configuration, not {field_name}")
+    cfg = replace(board.config, **{field_name: value for field_name, value in config.items()
+                                   if value is not None})
     what = f"{block}-" if block else ""
     # Latencies and a reset other than the board's get a directory of their own.
     latencies = "".join(f"-{short}{getattr(cfg, field)}" for short, field in

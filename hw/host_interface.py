@@ -7,8 +7,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..isa import CoreState
 from ..protocol import (HEADER_LAYOUT, MEMORY_ADDRESS_LAYOUT, STATUS_FIELDS, STATUS_STATE_LAYOUT,
-                        STATUS_WORDS, WORD_BITS, Command, Memory, Reply, header,
-                        host_row_words, weight_row_words)
+                        STATUS_WORDS, WORD_BITS, LANE_BITS, Command, Memory, Reply,
+                        check_lane_width, header, host_row_words, weight_row_words)
 from .arith import above
 from .core import host_control_shapes
 from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
@@ -34,6 +34,7 @@ class HostInterface(wiring.Component):
     """
 
     def __init__(self, cfg):
+        check_lane_width(cfg)
         self._cfg = cfg
         super().__init__({
             "cmd": In(stream.Signature(WORD_BITS)),
@@ -76,7 +77,7 @@ class HostInterface(wiring.Component):
         memory_fits = Signal()          # the READ_MEMORY / WRITE_MEMORY under way is valid
 
         def int8_lanes(bits, lanes):
-            return [bits[8 * k:8 * k + 8] for k in range(lanes)]
+            return [bits[LANE_BITS * k:LANE_BITS * (k + 1)] for k in range(lanes)]
 
         m.d.sync += [self.start.eq(0), self.abort_run.eq(0)]
         if fast:

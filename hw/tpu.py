@@ -4,7 +4,7 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..protocol import WORD_BITS
+from ..protocol import WORD_BITS, check_lane_width
 from .core import Core, host_control_shapes
 from .host_interface import HostInterface
 from .sequencer import STATUS_SHAPES
@@ -17,6 +17,7 @@ class TPU(wiring.Component):
     on ``rsp`` (:mod:`tpuer.protocol`). A UART, or any other link, wraps exactly these."""
 
     def __init__(self, cfg):
+        check_lane_width(cfg)
         self._cfg = cfg
         super().__init__({"cmd": In(stream.Signature(WORD_BITS)),
                           "rsp": Out(stream.Signature(WORD_BITS))})

@@ -49,3 +49,36 @@ def test_config_is_immutable_and_hashable():
     with pytest.raises(Exception):
         cfg.rows = 4
     assert len({Config(), Config(), Config(rows=4)}) == 2
+
+
+def test_every_option_and_check_comes_from_the_field_table():
+    """The command line's options, their help and the checks are made from one table."""
+    import argparse
+    from dataclasses import fields
+    from tpuer.cli import add_board_config_arguments, add_config_arguments
+    parameters = Config.parameters()
+    assert [p.name for p in parameters] == [f.name for f in fields(Config)]
+    full, board = argparse.ArgumentParser(), argparse.ArgumentParser()
+    add_config_arguments(full)
+    add_board_config_arguments(board)
+    full_help, board_help = " ".join(full.format_help().split()), board.format_help()
+    for p in parameters:
+        assert p.default == getattr(Config(), p.name)
+        option = f"--{p.name.replace('_', '-')}"
+        assert f"{option} {p.name.upper()}" in full_help
+        assert f"{p.allowed} (default {p.default})" in full_help
+        assert (option in board_help) == p.build
+        for bad in (p.low - 1, p.high + 1):
+            with pytest.raises(ConfigError, match=p.name):
+                Config(**{p.name: bad})
+    # Gaps in a range are refused too.
+    steps = next(p for p in parameters if p.name == "activation_steps")
+    assert 3 not in steps.choices
+    with pytest.raises(ConfigError, match="activation_steps must be one of 0, 1, 2, 4"):
+        Config(activation_steps=3)
+
+
+def test_a_board_build_changes_only_the_fields_it_may():
+    from tpuer.fpga.build import BuildOptionError, build_board
+    with pytest.raises(BuildOptionError, match="not ub_depth"):
+        build_board("icebreaker", ub_depth=3)

@@ -8,42 +8,33 @@ from .config import Config
 
 __all__ = ["main"]
 
-_CONFIG_OPTIONS = [
-    ("rows", "rows of the systolic array (K of a tile)"),
-    ("cols", "columns of the systolic array (N of a tile)"),
-    ("operand_width", "bits of an activation or weight"),
-    ("acc_width", "bits of an accumulator word"),
-    ("ub_depth", "rows of the Unified Buffer"),
-    ("acc_depth", "rows of the accumulator memory"),
-    ("weight_fifo_tiles", "Weight FIFO depth in tiles"),
-    ("weight_tiles", "tiles in the weight memory"),
-    ("program_depth", "instructions in the instruction memory"),
-    ("activation_steps", "0: every activation lane at once; 1-32: one lane at a time, its "
-                         "multiplication in that many steps"),
-    ("host_read_queue", "rows of the host read answer queue (2: a row per cycle, 1: every "
-                        "other cycle, smaller)"),
-    ("multiply_latency", "cycles from a cell's activation to its product (2: the operands "
-                         "registered too, for fast clocks)"),
-    ("memory_read_latency", "cycles from a Unified Buffer or accumulator read to its row (2: "
-                            "the block RAM's output registered, for fast clocks)"),
-    ("control_registers", "1: the control path's register stages for fast clocks; 0: "
-                          "without them, smaller, for a slow clock"),
-]
-
-
 def add_config_arguments(parser, defaults=None):
+    """An option for every :class:`Config` field, its help and range from the field's
+    :class:`~tpuer.config.Parameter`, its default from ``defaults``."""
     defaults = defaults or Config()
     group = parser.add_argument_group("configuration")
-    for name, text in _CONFIG_OPTIONS:
-        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int,
-                           default=getattr(defaults, name),
-                           help=f"{text} (default {getattr(defaults, name)})")
+    for parameter in Config.parameters():
+        default = getattr(defaults, parameter.name)
+        group.add_argument(f"--{parameter.name.replace('_', '-')}", dest=parameter.name,
+                           type=int, default=default,
+                           help=f"{parameter.summary}; {parameter.allowed} (default {default})")
+
+
+def add_board_config_arguments(parser):
+    """The options of the :class:`Config` fields a board build may change from the
+    board's own (``Parameter.build``); an option not given keeps the board's value."""
+    group = parser.add_argument_group("configuration (default: the board's)")
+    for parameter in Config.parameters():
+        if parameter.build:
+            group.add_argument(f"--{parameter.name.replace('_', '-')}", dest=parameter.name,
+                               type=int, help=f"{parameter.summary}; {parameter.allowed}")
 
 
 def config_from_args(parser, args):
     """The :class:`Config` of the options; a bad value raises ``ConfigError``, which
     :func:`main` reports in one line."""
-    return Config(**{name: getattr(args, name) for name, _ in _CONFIG_OPTIONS})
+    return Config(**{parameter.name: getattr(args, parameter.name)
+                     for parameter in Config.parameters()})
 
 
 def _cmd_verilog(parser, args):
@@ -206,10 +197,9 @@ def _cmd_build(parser, args):
                   f"{b.clock_mhz:g} MHz | {b.programmer} | {b.uart_note} |")
         return 0 if args.list else 2
     try:
-        build_board(args.board, rows=args.rows, cols=args.cols,
-                    activation_steps=args.activation_steps,
-                    multiply_latency=args.multiply_latency,
-                    memory_read_latency=args.memory_read_latency, seed=args.seed,
+        build_board(args.board, **{parameter.name: getattr(args, parameter.name)
+                                   for parameter in Config.parameters() if parameter.build},
+                    seed=args.seed,
                     router=args.router, placer=args.placer,
                     timing_weight=args.timing_weight,
                     clock_mhz=args.clock_mhz,
@@ -316,16 +306,7 @@ def build_parser():
                       "report (resources, Fmax)")
     build.add_argument("--board", help="the board (tpuer build --list shows them)")
     build.add_argument("--list", action="store_true", help="list the boards")
-    build.add_argument("--rows", type=int, help="rows of the array (default: the board's)")
-    build.add_argument("--cols", type=int, help="columns of the array (default: the board's)")
-    build.add_argument("--activation-steps", type=int,
-                       help="the activation unit's steps per lane (default: the board's)")
-    build.add_argument("--multiply-latency", type=int,
-                       help="1 or 2, 2 to register the multipliers' operands too (default: "
-                            "the board's)")
-    build.add_argument("--memory-read-latency", type=int,
-                       help="1 or 2, 2 to register the block RAMs' outputs before any logic "
-                            "(default: the board's)")
+    add_board_config_arguments(build)
     build.add_argument("--global-reset", action=argparse.BooleanOptionalAction,
                        help="ECP5: the reset on a primary clock network rather than the "
                             "general routing (default: the board's)")

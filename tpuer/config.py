@@ -5,12 +5,12 @@ and the command line all take a :class:`Config`; nothing restates a width or a d
 """
 
 import numbers
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from amaranth.hdl import signed, unsigned
 from amaranth.utils import ceil_log2
 
-__all__ = ["Config", "ConfigError"]
+__all__ = ["Config", "ConfigError", "Parameter"]
 
 
 class ConfigError(ValueError):
@@ -22,6 +22,39 @@ def _check_int(name, value, low, high):
         raise ConfigError(f"{name} must be an integer, not {value!r}")
     if not low <= value <= high:
         raise ConfigError(f"{name} must be between {low} and {high}, not {value}")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One field of :class:`Config`: its range (and, where the range has gaps, its
+    choices), a one-line summary, and whether ``tpuer build`` may change it from a board's
+    own. The command line's options and :meth:`Config.__post_init__`'s checks both come
+    from these, so the two cannot disagree."""
+    name: str
+    default: int
+    low: int
+    high: int
+    summary: str
+    choices: tuple = None
+    build: bool = False
+
+    def check(self, value):
+        _check_int(self.name, value, self.low, self.high)
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"{self.name} must be one of {', '.join(map(str, self.choices))}, "
+                              f"not {value!r}")
+
+    @property
+    def allowed(self):
+        """The allowed values, as the command line's help states them."""
+        if self.choices is not None:
+            return ", ".join(map(str, self.choices))
+        return f"{self.low} to {self.high}"
+
+
+def _parameter(default, low, high, summary, *, choices=None, build=False):
+    return field(default=default, metadata={"parameter": dict(
+        default=default, low=low, high=high, summary=summary, choices=choices, build=build)})
 
 
 @dataclass(frozen=True)
@@ -37,7 +70,9 @@ class Config:
         Columns of the systolic array: the length of a result vector (the N dimension of a
         tile). 1 to 256.
     operand_width : int
-        Bits of a signed activation or weight (8 for int8). 2 to 16.
+        Bits of a signed activation or weight (8 for int8). 2 to 16 for the blocks alone;
+        the TPU behind its host interface, and so :class:`tpuer.Device` and the boards,
+        takes 8, the host command set's int8 lanes.
     acc_width : int
         Bits of a signed partial sum and accumulator word (32 for int32). At least
         ``2 * operand_width + ceil(log2(rows))``, so that no partial sum inside the array can
@@ -95,9 +130,9 @@ class Config:
         after it retires; the host interface offers each reply word from a register and
         checks memory commands in a state of their own; the serial link registers its
         bytes, its CRC's inputs and its last-word checks, and has a register stage each
-        way around the host streams. 0: none of these, for a small FPGA at a slow clock (the iCE40UP5K at
-        24 MHz, where the sequencer's and the host interface's stages alone took 144
-        logic cells).
+        way around the host streams. 0: none of these, for a small FPGA at a slow clock
+        (the iCE40UP5K at 24 MHz, where the sequencer's and the host interface's stages
+        alone took 144 logic cells).
 
     Raises
     ------
@@ -105,20 +140,36 @@ class Config:
         When a value has the wrong type or is out of range; the message names it.
     """
 
-    rows: int = 8
-    cols: int = 8
-    operand_width: int = 8
-    acc_width: int = 32
-    ub_depth: int = 256
-    acc_depth: int = 256
-    weight_fifo_tiles: int = 4
-    weight_tiles: int = 16
-    program_depth: int = 1024
-    activation_steps: int = 0
-    host_read_queue: int = 2
-    multiply_latency: int = 1
-    memory_read_latency: int = 1
-    control_registers: int = 1
+    rows: int = _parameter(8, 1, 256, "rows of the systolic array (K of a tile)", build=True)
+    cols: int = _parameter(8, 1, 256, "columns of the systolic array (N of a tile)", build=True)
+    operand_width: int = _parameter(8, 2, 16, "bits of an activation or weight (8 behind the "
+                                              "host interface)")
+    acc_width: int = _parameter(32, 2, 32, "bits of an accumulator word")
+    ub_depth: int = _parameter(256, 2, 65536, "rows of the Unified Buffer")
+    acc_depth: int = _parameter(256, 2, 65536, "rows of the accumulator memory")
+    weight_fifo_tiles: int = _parameter(4, 1, 64, "Weight FIFO depth in tiles")
+    weight_tiles: int = _parameter(16, 1, 4096, "tiles in the weight memory")
+    program_depth: int = _parameter(1024, 2, 65536, "instructions in the instruction memory")
+    activation_steps: int = _parameter(
+        0, 0, 32, "0: every activation lane at once; else one lane at a time, its "
+        "multiplication in that many steps", choices=(0, 1, 2, 4, 8, 16, 32), build=True)
+    host_read_queue: int = _parameter(
+        2, 1, 2, "rows of the host read answer queue (2: a row per cycle; 1: every other "
+        "cycle, smaller)")
+    multiply_latency: int = _parameter(
+        1, 1, 3, "cycles from a cell's activation to its product (2: the operands registered "
+        "too; 3: the products also copied into the fabric; for fast clocks)", build=True)
+    memory_read_latency: int = _parameter(
+        1, 1, 2, "cycles from a Unified Buffer or accumulator read to its row (2: the block "
+        "RAM's output registered, for fast clocks)", build=True)
+    control_registers: int = _parameter(
+        1, 0, 1, "1: the control path's register stages for fast clocks (one more fill "
+        "cycle a run); 0: without them, smaller, for a slow clock")
+
+    @classmethod
+    def parameters(cls):
+        """Every field as a :class:`Parameter`, in the order of the fields."""
+        return [Parameter(item.name, **item.metadata["parameter"]) for item in fields(cls)]
 
     def __post_init__(self):
         # NumPy's integers are integers too; every field is kept as a Python int.
@@ -126,28 +177,13 @@ class Config:
             value = getattr(self, item.name)
             if isinstance(value, numbers.Integral) and not isinstance(value, bool):
                 object.__setattr__(self, item.name, int(value))
-        _check_int("rows", self.rows, 1, 256)
-        _check_int("cols", self.cols, 1, 256)
-        _check_int("operand_width", self.operand_width, 2, 16)
-        _check_int("acc_width", self.acc_width, 2, 32)
+        for parameter in self.parameters():
+            parameter.check(getattr(self, parameter.name))
         needed = 2 * self.operand_width + ceil_log2(self.rows)
         if self.acc_width < needed:
             raise ConfigError(
                 f"acc_width must be at least 2 * operand_width + ceil(log2(rows)) = {needed} "
                 f"so that a column of {self.rows} products cannot overflow, not {self.acc_width}")
-        _check_int("ub_depth", self.ub_depth, 2, 65536)
-        _check_int("acc_depth", self.acc_depth, 2, 65536)
-        _check_int("weight_fifo_tiles", self.weight_fifo_tiles, 1, 64)
-        _check_int("weight_tiles", self.weight_tiles, 1, 4096)
-        _check_int("program_depth", self.program_depth, 2, 65536)
-        _check_int("activation_steps", self.activation_steps, 0, 32)
-        if self.activation_steps not in (0, 1, 2, 4, 8, 16, 32):
-            raise ConfigError(f"activation_steps must be 0 (all lanes at once) or one of 1, 2, "
-                              f"4, 8, 16, 32 (steps per lane), not {self.activation_steps!r}")
-        _check_int("host_read_queue", self.host_read_queue, 1, 2)
-        _check_int("multiply_latency", self.multiply_latency, 1, 3)
-        _check_int("memory_read_latency", self.memory_read_latency, 1, 2)
-        _check_int("control_registers", self.control_registers, 0, 1)
         if self.weight_fifo_tiles * self.rows < 2:
             raise ConfigError(
                 "the Weight FIFO must hold at least 2 rows to pass one row per cycle: "

@@ -8,6 +8,7 @@ import numpy as np
 from .config import Config
 from .driver import MAX_EXACT_K, Step, plan_matmul
 from .isa import CoreState, ErrorCode, Instruction, Opcode
+from .protocol import check_lane_width
 
 __all__ = ["Device", "TPUError", "CycleBudgetError", "ProgramResult", "CYCLE_BUDGETS"]
 
@@ -124,9 +125,7 @@ class Device:
         config = Config() if config is None else config
         if not isinstance(config, Config):
             raise TypeError(f"config must be a tpuer.Config, not {type(config).__name__}")
-        if config.operand_width != 8:
-            raise ValueError(f"Device speaks int8: the configuration's operand_width must be 8, "
-                             f"not {config.operand_width}")
+        check_lane_width(config)
         if not isinstance(backend, str) or backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         self.config = config

@@ -41,7 +41,8 @@ from .isa import CoreState, ErrorCode, Instruction
 
 __all__ = ["Command", "Reply", "Memory", "HEADER_LAYOUT", "MEMORY_ADDRESS_LAYOUT", "WORD_BITS",
            "weight_row_words", "host_row_words", "encode", "decode_replies", "Status",
-           "STATUS_FIELDS", "STATUS_WORDS", "STATUS_STATE_LAYOUT", "int8_lanes"]
+           "STATUS_FIELDS", "STATUS_WORDS", "STATUS_STATE_LAYOUT", "int8_lanes", "LANE_BITS",
+           "check_lane_width"]
 
 WORD_BITS = 32
 HEADER_LAYOUT = data.StructLayout({"count": unsigned(24), "opcode": unsigned(8)})
@@ -86,6 +87,19 @@ STATUS_WORDS = len(STATUS_FIELDS)
 #: The first word of a ``STATUS`` reply: the core's :class:`~tpuer.isa.CoreState` and
 #: :class:`~tpuer.isa.ErrorCode`; the bits above are 0.
 STATUS_STATE_LAYOUT = data.StructLayout({"state": unsigned(8), "error": unsigned(8)})
+
+
+#: Bits of a lane in the rows the host command set carries (int8, four to a word).
+LANE_BITS = 8
+
+
+def check_lane_width(cfg):
+    """Refuse a configuration whose operands are not the host command set's int8 lanes:
+    the blocks take other widths, a TPU behind the host interface does not."""
+    if cfg.operand_width != LANE_BITS:
+        raise ValueError(f"the host command set carries int8 lanes, so operand_width must be "
+                         f"{LANE_BITS} for a TPU behind it, not {cfg.operand_width} (the blocks "
+                         f"alone take 2 to 16)")
 
 
 def weight_row_words(cfg):
