@@ -4,22 +4,21 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..isa import DMAKind
 from .datapath import command_layouts, host_answer_slots
 
-__all__ = ["HostDMA", "DMA_READ_HOST", "DMA_WRITE_UB", "DMA_WRITE_ACC"]
+__all__ = ["HostDMA", "DMA_REQUEST_LAYOUT"]
 
-#: Transfer kinds.
-DMA_READ_HOST, DMA_WRITE_UB, DMA_WRITE_ACC = 0, 1, 2
 #: A transfer request, as the sequencer sends it.
-DMA_REQUEST_LAYOUT = data.StructLayout({"kind": 2, "addr": 16, "count": 16})
+DMA_REQUEST_LAYOUT = data.StructLayout({"kind": DMAKind, "addr": 16, "count": 16})
 
 
 class HostDMA(wiring.Component):
     """Moves rows between the host streams and the memories, one transfer at a time, one
     row per cycle, beside the sequencer (which goes on issuing other instructions).
 
-    * ``DMA_READ_HOST``: ``count`` rows from ``host_in`` into UB rows ``addr...``;
-    * ``DMA_WRITE_UB`` / ``DMA_WRITE_ACC``: UB or accumulator rows ``addr...`` to
+    * ``DMAKind.READ_HOST``: ``count`` rows from ``host_in`` into UB rows ``addr...``;
+    * ``DMAKind.WRITE_UB`` / ``WRITE_ACC``: UB or accumulator rows ``addr...`` to
       ``host_out`` (the datapath's ``host_data`` rows: operands sign-extended, accumulator
       words in lanes ``0 .. cols - 1``).
 
@@ -42,7 +41,7 @@ class HostDMA(wiring.Component):
             "request": In(stream.Signature(DMA_REQUEST_LAYOUT)),
             "cancel": In(1),
             "busy": Out(1),
-            "kind": Out(2),
+            "kind": Out(DMAKind),
             "low": Out(17),
             "high": Out(17),
             "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
@@ -89,7 +88,7 @@ class HostDMA(wiring.Component):
                          next_row.eq(payload.addr[:row_bits]), answered.eq(0),
                          last_request.eq(payload.count == 1), last_answer.eq(payload.count == 1)]
 
-        reading_host = self.busy & (self.kind == DMA_READ_HOST)
+        reading_host = self.busy & (self.kind == DMAKind.READ_HOST)
         m.d.comb += [
             self.host_write.valid.eq(reading_host & self.host_in.valid),
             self.host_write.payload.addr.eq(next_row),
@@ -103,7 +102,7 @@ class HostDMA(wiring.Component):
                 with m.If(last_request):
                     m.d.sync += self.busy.eq(0)
 
-        m.d.comb += [self.host_read.payload.acc.eq(self.kind == DMA_WRITE_ACC),
+        m.d.comb += [self.host_read.payload.acc.eq(self.kind == DMAKind.WRITE_ACC),
                      self.host_read.payload.addr.eq(next_row),
                      self.host_out.payload.eq(self.host_data.payload)]
         # Rows left to read: with ``cfg.control_registers`` a register of its own, so that
@@ -116,7 +115,7 @@ class HostDMA(wiring.Component):
                 m.d.sync += reads_left.eq(next_row + 1 != high)
         else:
             reads_left = next_row != high
-        with m.If(self.busy & (self.kind != DMA_READ_HOST)):
+        with m.If(self.busy & (self.kind != DMAKind.READ_HOST)):
             with m.If(reads_left):
                 m.d.comb += self.host_read.valid.eq(1)
                 with m.If(self.host_read.ready):
@@ -140,6 +139,6 @@ class HostDMA(wiring.Component):
             m.d.sync += dropping.eq(0)
         with m.If(self.cancel & self.busy):
             m.d.sync += self.busy.eq(0)
-            with m.If(self.kind != DMA_READ_HOST):
+            with m.If(self.kind != DMAKind.READ_HOST):
                 m.d.sync += dropping.eq(~none_left)
         return m

@@ -5,13 +5,13 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import CoreState
+from ..isa import CoreState, DMAKind
 from ..protocol import (HEADER_LAYOUT, MEMORY_ADDRESS_LAYOUT, STATUS_FIELDS, STATUS_STATE_LAYOUT,
                         STATUS_WORDS, WORD_BITS, LANE_BITS, Command, Memory, Reply,
                         check_lane_width, header, host_row_words, weight_row_words)
 from .arith import above
 from .core import host_control_shapes
-from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
+from .host_dma import DMA_REQUEST_LAYOUT
 from .sequencer import STATUS_SHAPES
 
 __all__ = ["HostInterface"]
@@ -73,7 +73,7 @@ class HostInterface(wiring.Component):
         ROWS_TO_PROGRAM, ROWS_TO_MEMORY, ROWS_DROPPED = 0, 1, 2
         memory_write = Signal()
         program_refused = Signal()      # the WRITE_PROGRAM under way came while running
-        memory_kind = Signal(2)
+        memory_kind = Signal(DMAKind)
         memory_fits = Signal()          # the READ_MEMORY / WRITE_MEMORY under way is valid
 
         def int8_lanes(bits, lanes):
@@ -142,9 +142,9 @@ class HostInterface(wiring.Component):
 
                 with m.If(took):
                     m.d.sync += [addr.eq(where.row), memory_kind.eq(
-                        Mux(memory_write, DMA_READ_HOST,
-                            Mux(where.memory == Memory.ACCUMULATORS.value, DMA_WRITE_ACC,
-                                DMA_WRITE_UB)))]
+                        Mux(memory_write, DMAKind.READ_HOST,
+                            Mux(where.memory == Memory.ACCUMULATORS.value, DMAKind.WRITE_ACC,
+                                DMAKind.WRITE_UB)))]
                     if fast:
                         m.d.sync += memory_fits.eq(fits)
                         m.next = "MemoryCheck"

@@ -7,13 +7,15 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import (ALL_LANES, CONFIG_DEFAULTS, INSTRUCTION_BITS, INSTRUCTION_LAYOUT,
-                   ConfigParam, CoreState, ErrorCode, MatmulFlag, Opcode, WriteHostFlag)
+from ..isa import (ALL_LANES, CONFIG_DEFAULTS, DEFINED_FLAGS, DMA_HAZARDS, INSTRUCTION_BITS,
+                   INSTRUCTION_LAYOUT, RANGE_CHECKS, STATE_CHECKS, ConfigParam, CoreState,
+                   DMAKind, ErrorCode, Opcode, WriteHostFlag, config_ranges, dma_kind,
+                   kind_in, memory_depths, tiles_held)
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit
 from .arith import above, any_of, outside
 from .activation_issuer import ACTIVATE_REQUEST_LAYOUT
 from .datapath import command_layouts
-from .host_dma import DMA_READ_HOST, DMA_REQUEST_LAYOUT, DMA_WRITE_ACC, DMA_WRITE_UB
+from .host_dma import DMA_REQUEST_LAYOUT
 from .program_memory import ProgramMemory
 
 __all__ = ["Sequencer", "STATUS_SHAPES", "STORED_CHECK_BITS", "control_shapes",
@@ -137,7 +139,7 @@ class Sequencer(wiring.Component):
             "dma_pending": Out(1),
             "dma_cancel": Out(1),
             "dma_busy": In(1),
-            "dma_kind": In(2),
+            "dma_kind": In(DMAKind),
             "dma_low": In(17),
             "dma_high": In(17),
             "weight_request": Out(stream.Signature(data.StructLayout({"tile": 16,
@@ -160,49 +162,44 @@ class Sequencer(wiring.Component):
         op, flags, a, b, n = instr.opcode, instr.flags, instr.a, instr.b, instr.count
         is_op = {code: op == code.value for code in Opcode}
         defined_flags = Signal(4)     # as wide as the field, so ~ covers every bit
-        m.d.comb += defined_flags.eq(
-            Mux(is_op[Opcode.MATMUL], MatmulFlag.ACCUMULATE | MatmulFlag.SWITCH,
-                Mux(is_op[Opcode.WRITE_HOST], WriteHostFlag.FROM_ACC, 0)))
+        defined = 0                   # CONFIG's flags name a parameter: checked apart
+        for code, code_flags in reversed(DEFINED_FLAGS.items()):
+            if code is not Opcode.CONFIG:
+                defined = Mux(is_op[code], code_flags, defined)
+        m.d.comb += defined_flags.eq(defined)
         a_end, b_end = a + n, b + n
-        ub_over = lambda end: above(end, cfg.ub_depth)
-        acc_over = lambda end: above(end, cfg.acc_depth)
-        from_acc = flags[0]
+        ends, depths = {"a": a_end, "b": b_end}, memory_depths(cfg)
+        from_acc = flags[WriteHostFlag.FROM_ACC.bit_length() - 1]
+        applies = {None: None, True: from_acc, False: ~from_acc}
+
+        def range_check(check):
+            over = above(ends[check.field], depths[check.memory])
+            condition = applies[check.from_acc]
+            return (over if condition is None else condition & over), check.error
+
         value = Cat(a, b).as_signed()
         # Each parameter's range against constants (cheap: mostly sign-extension checks),
         # then the one the flags name.
-        config_ranges = {
-            ConfigParam.BIAS: (cfg.acc_min, cfg.acc_max),
-            ConfigParam.MULTIPLIER: (-(1 << 31), (1 << 31) - 1),
-            ConfigParam.SHIFT: (0, cfg.max_shift),
-            ConfigParam.ZERO_POINT: (cfg.operand_min, cfg.operand_max),
-            ConfigParam.RELU: (0, 1)}
         config_out_of_range = Signal()
         with m.Switch(flags):
-            for p, (low, high) in config_ranges.items():
+            for p, (low, high) in config_ranges(cfg).items():
                 with m.Case(int(p)):
                     m.d.comb += config_out_of_range.eq(outside(value, low, high))
         # The opcode is one-hot (or no opcode at all): each opcode's checks in parallel,
-        # in their order, then the checks every instruction has before them.
-        checks = {
-            Opcode.READ_HOST: [(ub_over(a_end), ErrorCode.UB_RANGE)],
-            Opcode.WRITE_HOST: [(from_acc & acc_over(a_end), ErrorCode.ACC_RANGE),
-                                (~from_acc & ub_over(a_end), ErrorCode.UB_RANGE)],
-            Opcode.READ_WEIGHTS: [(above(a_end, cfg.weight_tiles), ErrorCode.WEIGHT_RANGE)],
-            Opcode.MATMUL: [(ub_over(a_end), ErrorCode.UB_RANGE),
-                            (acc_over(b_end), ErrorCode.ACC_RANGE)],
-            Opcode.ACTIVATE: [(acc_over(a_end), ErrorCode.ACC_RANGE),
-                              (ub_over(b_end), ErrorCode.UB_RANGE)],
-            Opcode.CONFIG: [(((n != ALL_LANES) & above(n, cfg.cols - 1)) | config_out_of_range,
-                             ErrorCode.BAD_CONFIG)],
-        }
-        bad_flags = ((is_op[Opcode.CONFIG] & (flags > max(ConfigParam))) |
+        # in their order (:data:`~tpuer.isa.RANGE_CHECKS`), then the checks every
+        # instruction has before them.
+        checks = {code: [range_check(check) for check in code_checks]
+                  for code, code_checks in RANGE_CHECKS.items()}
+        checks[Opcode.CONFIG] = [(((n != ALL_LANES) & above(n, cfg.cols - 1)) |
+                                  config_out_of_range, ErrorCode.BAD_CONFIG)]
+        bad_flags = ((is_op[Opcode.CONFIG] & (flags > DEFINED_FLAGS[Opcode.CONFIG])) |
                      (~is_op[Opcode.CONFIG] & ((flags & ~defined_flags) != 0)))
         no_opcode = ~Cat(*(is_op[code] for code in Opcode)).any()
         bad_field = (instr.reserved != 0) | bad_flags
         chosen, bad = self._judge(is_op, checks, no_opcode, bad_field)
         return {"is_op": is_op, "a_end": a_end, "b_end": b_end, "error": chosen, "bad": bad,
                 "checks": checks, "no_opcode": no_opcode, "bad_field": bad_field,
-                "many_tiles": above(n, cfg.weight_fifo_tiles + 1)}
+                "many_tiles": above(n, tiles_held(cfg))}
 
     @staticmethod
     def _stored_checks(decoded):
@@ -377,7 +374,7 @@ class Sequencer(wiring.Component):
             tile_updates = [tiles_added.eq(fetched_tiles_added),
                             takes_tile.eq(fetched_takes_tile)]
         overflows = decoded["is_op"][Opcode.READ_WEIGHTS] & (
-            decoded["many_tiles"] | (tiles_then + fetched_tiles > cfg.weight_fifo_tiles + 1))
+            decoded["many_tiles"] | (tiles_then + fetched_tiles > tiles_held(cfg)))
         finds_no_tile = fetched_takes_tile & (tiles_then == 0)
         fails = Cat(*decoded["bad"]).any() | overflows | finds_no_tile
         has_error = Signal()            # some check fails
@@ -407,8 +404,8 @@ class Sequencer(wiring.Component):
         lane = n
         param = flags
         error = Signal(ErrorCode)
-        dynamic_error = Mux(weight_overflow, ErrorCode.WEIGHT_OVERFLOW,
-                            Mux(no_weights, ErrorCode.NO_WEIGHTS, ErrorCode.NONE))
+        dynamic_error = Mux(weight_overflow, STATE_CHECKS[Opcode.READ_WEIGHTS],
+                            Mux(no_weights, STATE_CHECKS[Opcode.MATMUL], ErrorCode.NONE))
         # Per opcode, every static check comes before the dynamic one.
         m.d.comb += error.eq(Mux(static_bad, static_error, dynamic_error))
         if not fast:
@@ -515,8 +512,7 @@ class Sequencer(wiring.Component):
                    Mux(handed_activate, Mux(self.activate_busy, merged[1], new_high), ub_high))
         next_rows_a = (fetched.a, decoded["a_end"])
         next_rows_b = (fetched.b, decoded["b_end"])
-        dma_kind_handed = Mux(is_op[Opcode.READ_HOST], DMA_READ_HOST,
-                              Mux(from_acc, DMA_WRITE_ACC, DMA_WRITE_UB))
+        dma_kind_handed = dma_kind(is_op[Opcode.READ_HOST], from_acc, select=Mux)
         if fast:
             # Each range the rows may meet is compared on its own and the flags are chosen
             # after: no multiplexer before the comparators. The transfer's kind is folded
@@ -533,13 +529,14 @@ class Sequencer(wiring.Component):
             for chosen, kind, rows in ((handed_dma, dma_kind_handed, (a, a_end)),
                                        (~handed_dma, self.dma_kind,
                                         (self.dma_low, self.dma_high))):
-                reads_host = kind == DMA_READ_HOST
-                # A MATMUL reads UB rows a that the transfer writes (RAW), or writes
-                # accumulator rows b that it reads (WAR); an ACTIVATE writes UB rows b that
-                # the transfer writes or reads.
-                hazard_a = chosen & next_is_matmul & reads_host
-                hazard_b = chosen & Mux(next_is_matmul, kind == DMA_WRITE_ACC,
-                                        reads_host | (kind == DMA_WRITE_UB))
+                # The hazard matrix (:data:`~tpuer.isa.DMA_HAZARDS`) for the next
+                # instruction: a MATMUL's, or else an ACTIVATE's (the only other kind the
+                # flag blocks).
+                hazard_a, hazard_b = (
+                    chosen & Mux(next_is_matmul,
+                                 kind_in(kind, DMA_HAZARDS[Opcode.MATMUL].get(field, ())),
+                                 kind_in(kind, DMA_HAZARDS[Opcode.ACTIVATE].get(field, ())))
+                    for field in ("a", "b"))
                 dma_terms += [hazard_a & overlaps(next_rows_a, *rows),
                               hazard_b & overlaps(next_rows_b, *rows)]
             start, end = (value[:row_bits] for value in next_rows_a)
@@ -573,11 +570,15 @@ class Sequencer(wiring.Component):
             acc_rows_a_pending = ((self.acc_bank_busy[0] & a_in_low_half) |
                                   (self.acc_bank_busy[1] & a_in_high_half))
 
-            kind = self.dma_kind
-            dma_blocks_matmul = self.dma_busy & (((kind == DMA_READ_HOST) & ov_dma_a) |  # RAW
-                                                 ((kind == DMA_WRITE_ACC) & ov_dma_b))   # WAR
-            dma_blocks_activate = (self.dma_busy & ov_dma_b &                  # WAW/WAR, UB
-                                   ((kind == DMA_READ_HOST) | (kind == DMA_WRITE_UB)))
+            def dma_blocks(code):
+                """The transfer under way meets rows of the instruction (of opcode ``code``) that
+                it must not (:data:`~tpuer.isa.DMA_HAZARDS`)."""
+                overlap = {"a": ov_dma_a, "b": ov_dma_b}
+                return self.dma_busy & any_of(kind_in(self.dma_kind, kinds) & overlap[field]
+                                              for field, kinds in DMA_HAZARDS[code].items())
+
+            dma_blocks_matmul = dma_blocks(Opcode.MATMUL)
+            dma_blocks_activate = dma_blocks(Opcode.ACTIVATE)
         # An activation under way still reads accumulator rows (until the issuer is done)
         # and writes UB rows (until the activation unit is empty).
         activation_blocks_matmul = ((self.activate_busy & ov_ub_a) |

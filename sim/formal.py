@@ -430,9 +430,8 @@ def _sequencer(control_registers):
     def build():
         from amaranth.lib import data, wiring
         from ..config import Config
-        from ..hw.host_dma import DMA_WRITE_ACC
         from ..hw.sequencer import Sequencer
-        from ..isa import INSTRUCTION_LAYOUT, Opcode
+        from ..isa import INSTRUCTION_LAYOUT, DMAKind, Opcode, tiles_held
         # Depths that are no powers of two, so that an address past the end still fits
         # its field; a program memory of four words.
         cfg = Config(rows=2, cols=2, ub_depth=6, acc_depth=6, weight_fifo_tiles=1,
@@ -446,7 +445,7 @@ def _sequencer(control_registers):
             if member.flow == wiring.In:
                 free = Signal(member.shape, name="_".join(map(str, path)))
                 m.d.comb += value.eq(free)
-                inputs.append(free)
+                inputs.append(Value.cast(free))
         # Every memory access it issues lies inside its memory.
         matmul = dut.matmul.valid & dut.matmul.ready
         m.d.comb += Assert(~matmul | ((dut.matmul.payload.ub_addr < cfg.ub_depth) &
@@ -459,7 +458,7 @@ def _sequencer(control_registers):
         dma = dut.dma_request
         dma_end = dma.payload.addr + dma.payload.count
         m.d.comb += Assert(~(dma.valid & dma.ready) | (
-            dma_end <= Mux(dma.payload.kind == DMA_WRITE_ACC, cfg.acc_depth, cfg.ub_depth)))
+            dma_end <= Mux(dma.payload.kind == DMAKind.WRITE_ACC, cfg.acc_depth, cfg.ub_depth)))
         weights = dut.weight_request
         m.d.comb += Assert(~(weights.valid & weights.ready) |
                            (weights.payload.tile + weights.payload.tiles <= cfg.weight_tiles))
@@ -471,7 +470,7 @@ def _sequencer(control_registers):
         m.d.sync += outstanding.eq(outstanding + asked - switched)
         tiles = inside["tiles"]
         m.d.comb += [Assert(~switched | (outstanding != 0)),
-                     Assert(outstanding <= cfg.weight_fifo_tiles + 1),
+                     Assert(outstanding <= tiles_held(cfg)),
                      Assert(outstanding == tiles)]
         # What makes it inductive: the registers made as an instruction is loaded agree
         # with the instruction, and a MATMUL's row counters with its range.
@@ -506,7 +505,7 @@ def _sequencer(control_registers):
             # a switching MATMUL that passed its checks finds its tile
             ~(running & switching & first_row & ~inside["no_weights"]) | (tiles != 0),
             ~(is_op[Opcode.READ_WEIGHTS] & ~inside["weight_overflow"] & ~inside["static_bad"]) |
-            (tiles + instr.count <= cfg.weight_fifo_tiles + 1),
+            (tiles + instr.count <= tiles_held(cfg)),
         ]
         if not control_registers:
             holds += [inside["tiles_added"] == Mux(is_op[Opcode.READ_WEIGHTS],

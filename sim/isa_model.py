@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..isa import (ALL_LANES, CONFIG_DEFAULTS, DEFINED_FLAGS, ConfigParam, CoreState,
-                   ErrorCode, Instruction, MatmulFlag, Opcode, WriteHostFlag)
+from ..isa import (ALL_LANES, CONFIG_DEFAULTS, DEFINED_FLAGS, RANGE_CHECKS, STATE_CHECKS,
+                   ConfigParam, CoreState, ErrorCode, Instruction, MatmulFlag, Opcode,
+                   WriteHostFlag, config_ranges, memory_depths, tiles_held)
 from .accumulator_model import AccumulatorModel
 from .activation_model import ActivationParams, requantize
 from .numerics import check_range
@@ -118,7 +119,8 @@ class CoreModel:
     # --- execution ----------------------------------------------------------------------
 
     def check(self, instr):
-        """The error an instruction raises in the current state, or ``ErrorCode.NONE``."""
+        """The error an instruction raises in the current state, or ``ErrorCode.NONE``:
+        the checks of :data:`~tpuer.isa.RANGE_CHECKS`'s description, in its order."""
         cfg = self.cfg
         op = instr.op
         if op is None:
@@ -126,51 +128,26 @@ class CoreModel:
         if instr.reserved:
             return ErrorCode.BAD_FIELD
         if op is Opcode.CONFIG:
-            if instr.flags > max(ConfigParam):
+            if instr.flags > DEFINED_FLAGS[op]:
                 return ErrorCode.BAD_FIELD
-        else:
-            if instr.flags & ~DEFINED_FLAGS.get(op, 0):
-                return ErrorCode.BAD_FIELD
-        a, b, n = instr.a, instr.b, instr.count
-        ub_ok = lambda start: start + n <= cfg.ub_depth
-        acc_ok = lambda start: start + n <= cfg.acc_depth
-        if op is Opcode.READ_HOST and not ub_ok(a):
-            return ErrorCode.UB_RANGE
-        if op is Opcode.WRITE_HOST:
-            if instr.flags & WriteHostFlag.FROM_ACC:
-                if not acc_ok(a):
-                    return ErrorCode.ACC_RANGE
-            elif not ub_ok(a):
-                return ErrorCode.UB_RANGE
-        if op is Opcode.READ_WEIGHTS:
-            if a + n > cfg.weight_tiles:
-                return ErrorCode.WEIGHT_RANGE
-            if len(self.tiles) + n > cfg.weight_fifo_tiles + 1:
-                return ErrorCode.WEIGHT_OVERFLOW
-        if op is Opcode.MATMUL:
-            if not ub_ok(a):
-                return ErrorCode.UB_RANGE
-            if not acc_ok(b):
-                return ErrorCode.ACC_RANGE
-            if n and instr.flags & MatmulFlag.SWITCH and not self.tiles:
-                return ErrorCode.NO_WEIGHTS
-        if op is Opcode.ACTIVATE:
-            if not acc_ok(a):
-                return ErrorCode.ACC_RANGE
-            if not ub_ok(b):
-                return ErrorCode.UB_RANGE
+        elif instr.flags & ~DEFINED_FLAGS.get(op, 0):
+            return ErrorCode.BAD_FIELD
+        depths = memory_depths(cfg)
+        for check in RANGE_CHECKS.get(op, ()):
+            if check.applies(instr.flags) and \
+                    getattr(instr, check.field) + instr.count > depths[check.memory]:
+                return check.error
         if op is Opcode.CONFIG:
             lane, value = instr.count, instr.value
-            param = ConfigParam(instr.flags)
-            if lane != ALL_LANES and lane >= cfg.cols:
+            low, high = config_ranges(cfg)[ConfigParam(instr.flags)]
+            if (lane != ALL_LANES and lane >= cfg.cols) or not low <= value <= high:
                 return ErrorCode.BAD_CONFIG
-            limits = {ConfigParam.BIAS: (cfg.acc_min, cfg.acc_max),
-                      ConfigParam.MULTIPLIER: (-(1 << 31), (1 << 31) - 1),
-                      ConfigParam.SHIFT: (0, cfg.max_shift),
-                      ConfigParam.ZERO_POINT: (cfg.operand_min, cfg.operand_max),
-                      ConfigParam.RELU: (0, 1)}[param]
-            if not limits[0] <= value <= limits[1]:
-                return ErrorCode.BAD_CONFIG
+        if op is Opcode.READ_WEIGHTS and \
+                len(self.tiles) + instr.count > tiles_held(cfg):
+            return STATE_CHECKS[op]
+        if op is Opcode.MATMUL and instr.count and instr.flags & MatmulFlag.SWITCH and \
+                not self.tiles:
+            return STATE_CHECKS[op]
         return ErrorCode.NONE
 
     def run(self, start=0, host_in=(), *, timed=True, max_cycles=10_000_000):

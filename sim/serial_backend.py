@@ -154,7 +154,7 @@ class SerialBackend:
         if needs_program:
             acc = set(residue.acc)
             if residue.fifo:        # drain the Weight FIFO: stops at NO_WEIGHTS when empty
-                drain = [isa.matmul(0, 0, 1)] * (cfg.weight_fifo_tiles + 1) + [isa.halt()]
+                drain = [isa.matmul(0, 0, 1)] * isa.tiles_held(cfg) + [isa.halt()]
                 self._run_quietly(drain)
                 written, acc = len(drain), acc | {(0, 1)}
             program = [isa.read_weights(zero_tile, 1)]

@@ -46,11 +46,9 @@ from ..hw.activation import activation_latency
 from ..hw.datapath import feed_slots, host_answer_slots
 from ..hw.matrix_unit import matrix_unit_latency
 from ..hw.sequencer import fetch_fill_cycles
-from ..isa import MatmulFlag, Opcode, WriteHostFlag
+from ..isa import DMA_HAZARDS, DMAKind, MatmulFlag, Opcode, WriteHostFlag, dma_kind
 
 __all__ = ["CoreTiming", "Timing"]
-
-_READ_HOST, _WRITE_UB, _WRITE_ACC = 0, 1, 2
 
 
 class Timing(dict):
@@ -97,7 +95,7 @@ class CoreTiming:
         self.server_fresh = [False] * cfg.memory_read_latency   # reads 1, 2, ... ago
         self.server_level = 0
         # host DMA engine
-        self.dma_busy, self.dma_kind, self.dma_base, self.dma_count = False, _READ_HOST, 0, 0
+        self.dma_busy, self.dma_kind, self.dma_base, self.dma_count = False, DMAKind.READ_HOST, 0, 0
         self.dma_requested = self.dma_answered = 0
 
     # --- one clock ----------------------------------------------------------------------
@@ -177,7 +175,7 @@ class CoreTiming:
         dma_busy = self.dma_busy
         dma_requested, dma_answered = self.dma_requested, self.dma_answered
         host_taken = 0
-        if self.dma_busy and self.dma_kind == _READ_HOST:
+        if self.dma_busy and self.dma_kind is DMAKind.READ_HOST:
             if host_rows_left > 0 and not act_out:
                 host_taken = 1
                 dma_requested += 1
@@ -189,7 +187,7 @@ class CoreTiming:
             # while its row waits on a hazard.
             ub_kept = (command.get("matmul_pending", False) if cfg.memory_read_latency > 1
                        else matmul is not None)
-            blocked = activate_valid if self.dma_kind == _WRITE_ACC else ub_kept
+            blocked = activate_valid if self.dma_kind is DMAKind.WRITE_ACC else ub_kept
             taken = level > 0              # the host takes every answer at once
             # less what is taken this cycle, with memory_read_latency 1 (see host_answer_slots)
             counted = taken if cfg.memory_read_latency == 1 else 0
@@ -308,9 +306,14 @@ class CoreTiming:
                     """Rows ``[start, start + n)`` meet rows ``[span[0], span[1])``."""
                     return span[0] < start + n and start < span[1]
 
-                def dma_overlaps(start):
-                    return self.dma_busy and touches(
-                        start, (self.dma_base, self.dma_base + self.dma_count))
+                def dma_blocks(op):
+                    """The transfer under way meets rows that ``op`` must not touch while
+                    it moves (the hazard matrix, ``DMA_HAZARDS``)."""
+                    rows = {"a": a, "b": b}
+                    return self.dma_busy and any(
+                        self.dma_kind in kinds and
+                        touches(rows[field], (self.dma_base, self.dma_base + self.dma_count))
+                        for field, kinds in DMA_HAZARDS[op].items())
 
                 def acc_rows_pending(start):
                     return ((self.banks[0] != 0 and start < half) or
@@ -329,15 +332,12 @@ class CoreTiming:
                 elif op in (Opcode.READ_HOST, Opcode.WRITE_HOST):
                     from_acc = op is Opcode.WRITE_HOST and instr.flags & WriteHostFlag.FROM_ACC
                     if not activate_busy and not (from_acc and acc_rows_pending(a)):
-                        kind = (_READ_HOST if op is Opcode.READ_HOST else
-                                _WRITE_ACC if from_acc else _WRITE_UB)
-                        command["dma"] = (kind, a, n)
+                        command["dma"] = (dma_kind(op is Opcode.READ_HOST, from_acc), a, n)
                 elif op is Opcode.READ_WEIGHTS:
                     command["weights"] = n
                 elif op is Opcode.MATMUL:
                     command["matmul_pending"] = True
-                    blocked = ((self.dma_kind == _READ_HOST and dma_overlaps(a)) or
-                               (self.dma_kind == _WRITE_ACC and dma_overlaps(b)) or
+                    blocked = (dma_blocks(op) or
                                (activate_busy and touches(a, self.issuer_ub)) or
                                (self.issuer_left != 0 and touches(b, self.issuer_acc)))
                     if not blocked:
@@ -345,7 +345,7 @@ class CoreTiming:
                         accumulate = bool(instr.flags & MatmulFlag.ACCUMULATE)
                         command["matmul"] = (new_tile, b + step, accumulate)
                 elif op is Opcode.ACTIVATE:
-                    blocked = self.dma_kind in (_READ_HOST, _WRITE_UB) and dma_overlaps(b)
+                    blocked = dma_blocks(op)
                     if not acc_rows_pending(a) and not blocked:
                         command["activate_request"] = (a, b, n)
             done = self._step(command, rows_left)

@@ -149,7 +149,7 @@ def random_program(cfg, rng, length=24, *, invalid=0.0):
             a, n = span(cfg.ub_depth)
             program.append(isa.read_host(a, n))
             host_rows.extend(rng.integers(lo, hi, (n, cfg.ub_lanes)))
-        elif kind == "read_weights" and tiles < cfg.weight_fifo_tiles + 1:
+        elif kind == "read_weights" and tiles < isa.tiles_held(cfg):
             n = int(rng.integers(1, min(cfg.weight_fifo_tiles + 2 - tiles, cfg.weight_tiles + 1)))
             program.append(isa.read_weights(int(rng.integers(0, cfg.weight_tiles - n + 1)), n))
             tiles += n

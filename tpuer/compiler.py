@@ -115,7 +115,7 @@ def _segment_program(cfg, model, segment, block):
     region = block * max(max(k1 - k0, j1 - j0) for k0, k1, j0, j1 in shapes)
     last_part = _is_last_part(cfg, model, segment)
     half = cfg.acc_depth // 2
-    ahead = min(tiles_total, cfg.weight_fifo_tiles + 1)
+    ahead = min(tiles_total, isa.tiles_held(cfg))
     # The input arrives one tile at a time, each transfer overlapping the products of the
     # tile before it (the DMA engine moves one transfer while the next waits).
     program = [isa.read_weights(0, ahead), isa.read_host(0, block)]

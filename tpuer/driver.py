@@ -55,7 +55,7 @@ def _splits(total, size):
 def _grouped_program(cfg, rows, k_count, n_count, first_k_group, last_k_group):
     """The program of one block of ``rows`` M rows, ``k_count`` K tiles and ``n_count`` N
     tiles (see :class:`MatmulPlan`)."""
-    prefetch = cfg.weight_fifo_tiles + 1
+    prefetch = isa.tiles_held(cfg)
     order = [(i_n, i_k) for i_n in range(n_count) for i_k in range(k_count)]
     ahead = min(len(order), prefetch)
     # The first tiles load while the inputs arrive.
@@ -93,7 +93,7 @@ def _block_sizes(m, block):
 def _overlapped_program(cfg, sizes, n_count, k_tiles, block):
     """The program of consecutive M blocks of ``sizes`` rows, double-buffered (see
     :class:`MatmulPlan`), and the order of its result rows: (block index, N tile index)."""
-    prefetch = cfg.weight_fifo_tiles + 1
+    prefetch = isa.tiles_held(cfg)
     # The second accumulator region starts at the memory's second half, which the
     # sequencer tracks on its own: reading one half out never waits for the other.
     ub_region, acc_region = block * k_tiles, cfg.acc_depth // 2

@@ -24,7 +24,9 @@ from amaranth.lib import data, enum
 
 __all__ = ["Opcode", "MatmulFlag", "WriteHostFlag", "ConfigParam", "ErrorCode",
            "INSTRUCTION_LAYOUT", "INSTRUCTION_BITS", "Instruction", "ALL_LANES",
-           "CoreState", "OPERANDS", "DEFINED_FLAGS", "CONFIG_DEFAULTS"]
+           "CoreState", "OPERANDS", "DEFINED_FLAGS", "CONFIG_DEFAULTS", "DMAKind", "dma_kind",
+           "RangeCheck", "RANGE_CHECKS", "STATE_CHECKS", "DMA_HAZARDS", "memory_depths",
+           "config_ranges", "tiles_held"]
 
 
 class Opcode(enum.Enum, shape=unsigned(4)):
@@ -142,6 +144,103 @@ DEFINED_FLAGS = {
     Opcode.CONFIG: max(ConfigParam),   # the flags field holds the parameter number
 }
 
+
+
+class DMAKind(enum.Enum, shape=unsigned(2)):
+    """What a host transfer moves: READ_HOST, WRITE_HOST and the host's direct memory
+    commands, as the host DMA engine carries them out."""
+    #: Host rows into Unified Buffer rows.
+    READ_HOST = 0
+    #: Unified Buffer rows to the host.
+    WRITE_UB = 1
+    #: Accumulator rows to the host.
+    WRITE_ACC = 2
+
+
+def dma_kind(reads_host, from_acc, select=None):
+    """The :class:`DMAKind` of a READ_HOST (``reads_host``) or a WRITE_HOST (of the
+    accumulators if ``from_acc``). Of Python truth values; or, with ``select`` Amaranth's
+    ``Mux``, of signals, as the sequencer decides it."""
+    if select is None:
+        select = lambda condition, then, otherwise: then if condition else otherwise
+    return select(reads_host, DMAKind.READ_HOST,
+                  select(from_acc, DMAKind.WRITE_ACC, DMAKind.WRITE_UB))
+
+
+def kind_in(kind, kinds):
+    """Whether ``kind`` (a :class:`DMAKind`, or a signal of one) is one of ``kinds``."""
+    result = False
+    for each in kinds:
+        result = result | (kind == each)
+    return result
+
+
+@dataclass(frozen=True)
+class RangeCheck:
+    """Rows (or tiles) ``field ... field + count`` must lie inside ``memory`` (``"ub"``,
+    ``"acc"`` or ``"weights"``, see :func:`memory_depths`), or the instruction fails with
+    ``error``. ``from_acc``: the check applies only when WRITE_HOST's ``FROM_ACC`` flag is
+    set (``True``) or clear (``False``); ``None``: always."""
+    field: str
+    memory: str
+    error: "ErrorCode"
+    from_acc: bool = None
+
+    def applies(self, flags):
+        return self.from_acc is None or bool(flags & WriteHostFlag.FROM_ACC) == self.from_acc
+
+
+def memory_depths(cfg):
+    """The size of each memory that :class:`RangeCheck` names, in its rows or tiles."""
+    return {"ub": cfg.ub_depth, "acc": cfg.acc_depth, "weights": cfg.weight_tiles}
+
+
+def config_ranges(cfg):
+    """The values CONFIG takes for each parameter, ``(low, high)``; any other is
+    ``BAD_CONFIG``, as is a lane that is neither :data:`ALL_LANES` nor below ``cfg.cols``."""
+    return {ConfigParam.BIAS: (cfg.acc_min, cfg.acc_max),
+            ConfigParam.MULTIPLIER: (-(1 << 31), (1 << 31) - 1),
+            ConfigParam.SHIFT: (0, cfg.max_shift),
+            ConfigParam.ZERO_POINT: (cfg.operand_min, cfg.operand_max),
+            ConfigParam.RELU: (0, 1)}
+
+
+#: The checks of an instruction, in the order the sequencer and the ISA model make them
+#: (the first that fails is the error): ``BAD_OPCODE``; ``BAD_FIELD`` (reserved bits, or a
+#: flag the opcode does not define, :data:`DEFINED_FLAGS`); then these range checks, per
+#: opcode in order; CONFIG's ``BAD_CONFIG`` (:func:`config_ranges`); and last the checks
+#: that depend on the core's state (:data:`STATE_CHECKS`).
+RANGE_CHECKS = {
+    Opcode.READ_HOST: (RangeCheck("a", "ub", ErrorCode.UB_RANGE),),
+    Opcode.WRITE_HOST: (RangeCheck("a", "acc", ErrorCode.ACC_RANGE, from_acc=True),
+                        RangeCheck("a", "ub", ErrorCode.UB_RANGE, from_acc=False)),
+    Opcode.READ_WEIGHTS: (RangeCheck("a", "weights", ErrorCode.WEIGHT_RANGE),),
+    Opcode.MATMUL: (RangeCheck("a", "ub", ErrorCode.UB_RANGE),
+                    RangeCheck("b", "acc", ErrorCode.ACC_RANGE)),
+    Opcode.ACTIVATE: (RangeCheck("a", "acc", ErrorCode.ACC_RANGE),
+                      RangeCheck("b", "ub", ErrorCode.UB_RANGE)),
+}
+
+def tiles_held(cfg):
+    """Weight tiles read and not yet switched in that the core holds at most: the Weight
+    FIFO's and one in the shadow weights."""
+    return cfg.weight_fifo_tiles + 1
+
+
+#: The checks that depend on the tiles in the Weight FIFO, made after every other: a
+#: READ_WEIGHTS that would queue more tiles than the core holds (:func:`tiles_held`); a
+#: MATMUL with ``SWITCH`` and rows when no tile is waiting.
+STATE_CHECKS = {Opcode.READ_WEIGHTS: ErrorCode.WEIGHT_OVERFLOW,
+                Opcode.MATMUL: ErrorCode.NO_WEIGHTS}
+
+#: The hazard matrix of host transfers: while the DMA engine moves rows of a kind listed
+#: here, an instruction of that opcode waits if its rows ``a...`` or ``b...`` meet the
+#: transfer's. A MATMUL reads UB rows ``a`` that READ_HOST writes and writes accumulator
+#: rows ``b`` that WRITE_HOST reads; an ACTIVATE writes UB rows ``b`` that either moves.
+DMA_HAZARDS = {
+    Opcode.MATMUL: {"a": (DMAKind.READ_HOST,), "b": (DMAKind.WRITE_ACC,)},
+    Opcode.ACTIVATE: {"b": (DMAKind.READ_HOST, DMAKind.WRITE_UB)},
+}
 
 @dataclass(frozen=True)
 class Instruction:
