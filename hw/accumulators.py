@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .arith import any_of
 from .block_ram import BlockRAM
+from .delay_line import delayed
 from .carry_chain import add_or_pass
 from .memory_ports import bounded_read
 from .targets import is_ice40
@@ -133,13 +134,7 @@ class AccumulatorMemory(wiring.Component):
         write_ok = last_addr < cfg.acc_depth
         # A write's valid flag in each cycle after its request, up to its commit.
         stages = add_spacing(cfg)
-        s1_valid, s2_valid = Signal(), Signal()
-        m.d.sync += [s1_valid.eq(last_en & write_ok), s2_valid.eq(s1_valid)]
-        valid = [s1_valid, s2_valid]
-        for k in range(3, stages + 1):
-            later = Signal(name=f"s{k}_valid")
-            m.d.sync += later.eq(valid[-1])
-            valid.append(later)
+        valid = delayed(m, last_en & write_ok, stages, name="write_valid")[1:]
 
         # With memory_read_latency 2, the outside reader's rows come through the block
         # RAM's own output register (a copy of the memory of its own).
@@ -228,16 +223,9 @@ class AccumulatorMemory(wiring.Component):
             lined_up = []
             for j, (en, addr, _, _, _) in enumerate(lanes):
                 flag = en & (addr < cfg.acc_depth) & clipped[j]
-                for stage in range(cfg.cols - 1 - j if self._skewed_lanes else 0):
-                    later = Signal(name=f"lane{j}_clipped_d{stage + 1}")
-                    m.d.sync += later.eq(flag)
-                    flag = later
-                lined_up.append(flag)
-            overflow_late = Cat(*lined_up).any()
-            for k in range(stages - 1):
-                later = Signal(name="overflow_late" if k == 0 else f"overflow_late_{k}")
-                m.d.sync += later.eq(overflow_late)
-                overflow_late = later
+                lined_up.append(delayed(m, flag, cfg.cols - 1 - j if self._skewed_lanes else 0,
+                                        name=f"lane{j}_clipped")[-1])
+            overflow_late = delayed(m, Cat(*lined_up).any(), stages - 1, name="overflow")[-1]
             m.d.sync += self.overflow.eq(overflow_late)
             read_port = read_addr, read_en, Cat(*read_words)
         if cfg.control_registers:

@@ -5,6 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arith import saturate
+from .delay_line import delayed
 from .registered_multiplier import RegisteredMultiplier
 
 __all__ = ["ActivationUnit", "activation_unit", "activation_latency", "PARAM_WRITE_LAYOUT"]
@@ -244,8 +245,10 @@ class ActivationUnit(wiring.Component):
         m.d.comb += self.i.ready.eq(advance)
 
         stages = self.latency - 1          # registers before the output register
-        valid = [Signal(name=f"s{k + 1}_valid") for k in range(stages)]
-        tags = [Signal(self._tag_shape, name=f"s{k + 1}_tag") for k in range(stages)]
+        # A row's valid flag and tag beside it, stage by stage.
+        valid = delayed(m, self.i.valid, stages, name="valid", enable=advance)[1:]
+        tags = delayed(m, self.i.payload.tag, stages, name="tag", enable=advance,
+                       reset_less=True)[1:]
         row = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
         # The biased word has a register of its own. With multiply_latency 2 or 3 (fast
         # clocks), it and each lane's multiplier go into the operand registers of the
@@ -291,10 +294,7 @@ class ActivationUnit(wiring.Component):
                          zip(masks[lane], rounding_masks(cfg, p.shift[lane]))]
 
         with m.If(advance):
-            m.d.sync += [valid[0].eq(self.i.valid), tags[0].eq(self.i.payload.tag),
-                         self.o.valid.eq(valid[-1]), self.o.payload.tag.eq(tags[-1])]
-            m.d.sync += [valid[k].eq(valid[k - 1]) for k in range(1, stages)]
-            m.d.sync += [tags[k].eq(tags[k - 1]) for k in range(1, stages)]
+            m.d.sync += [self.o.valid.eq(valid[-1]), self.o.payload.tag.eq(tags[-1])]
             for lane in range(cfg.cols):
                 lane_shifted, lane_round_up, lane_beyond = shifted_right(
                     high[lane], p.shift[lane], *masks[lane])

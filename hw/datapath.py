@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from .accumulators import AccumulatorMemory, add_spacing
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, activation_unit
 from .arith import above, any_of, count_of
+from .delay_line import delayed
 from .matrix_unit import MatrixUnit, matrix_unit_latency
 from .ring_queue import RingQueue
 from .shift_queue import ShiftQueue
@@ -394,13 +395,9 @@ def _delayed(m, cfg, valid, payload, name):
     """A memory read's flag and payload (registered as the read is issued), and copies of
     them 1 ... ``cfg.memory_read_latency - 1`` cycles later: a list of ``(valid,
     payload)`` whose last pair goes with the memory's data."""
-    stages = [(valid, payload)]
-    for k in range(1, cfg.memory_read_latency):
-        later_valid = Signal(name=f"{name}_{k}")
-        later = Signal(payload.shape(), name=f"{name}_{k}_payload", reset_less=True)
-        m.d.sync += [later_valid.eq(stages[-1][0]), later.eq(stages[-1][1])]
-        stages.append((later_valid, later))
-    return stages
+    cycles = cfg.memory_read_latency - 1
+    return list(zip(delayed(m, valid, cycles, name=name),
+                    delayed(m, payload, cycles, name=f"{name}_payload", reset_less=True)))
 
 
 def host_answer_slots(cfg):

@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .arith import wrapped_increment
 from .data_setup import DiagonalSkew
+from .delay_line import delayed
 from .systolic_array import SystolicArray
 from .weight_fifo import WeightFIFO
 
@@ -169,17 +170,10 @@ class MatrixUnit(wiring.Component):
         m.d.comb += deskew.i.eq(array.psum_out)
 
         # --- sideband: valid and tag travel beside the wavefront --------------------------
-        valid, tag = held_valid, held.tag
-        in_flight = [held_valid]
-        stages = [(valid, tag)]
-        for stage in range(matrix_unit_latency(cfg) - 1):
-            upcoming_valid, upcoming_tag = valid, tag
-            next_valid = Signal(name=f"valid_d{stage + 1}")
-            next_tag = Signal(self._tag_shape, name=f"tag_d{stage + 1}")
-            m.d.sync += [next_valid.eq(valid), next_tag.eq(tag)]
-            valid, tag = next_valid, next_tag
-            in_flight.append(valid)
-            stages.append((valid, tag))
+        cycles = matrix_unit_latency(cfg) - 1
+        in_flight = delayed(m, held_valid, cycles, name="valid")
+        stages = list(zip(in_flight, delayed(m, held.tag, cycles, name="tag", reset_less=True)))
+        (upcoming_valid, upcoming_tag), (valid, tag) = stages[-2], stages[-1]
         # Column j leaves the array cols - 1 - j cycles before the last one.
         for j in range(cfg.cols):
             column = self.columns[j]

@@ -5,6 +5,7 @@ from amaranth.utils import ceil_log2
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .delay_line import delayed
 from .dual_multiplier import DualMultiplier, uses_sb_mac16
 from .pe import ProcessingElement
 
@@ -131,14 +132,10 @@ class SystolicArray(wiring.Component):
 
         # Column j sees the weight bus j cycles late.
         for j in range(cfg.cols):
-            weight, index, valid = self.weight_row[j], self.weight_index, self.weight_valid
-            for hop in range(j):
-                next_weight = Signal.like(weight, name=f"weight_c{j}_d{hop + 1}")
-                next_index = Signal.like(index, name=f"weight_index_c{j}_d{hop + 1}")
-                next_valid = Signal(name=f"weight_valid_c{j}_d{hop + 1}")
-                m.d.sync += [next_weight.eq(weight), next_index.eq(index),
-                             next_valid.eq(valid)]
-                weight, index, valid = next_weight, next_index, next_valid
+            weight = delayed(m, self.weight_row[j], j, name=f"weight_c{j}", reset_less=True)[-1]
+            index = delayed(m, self.weight_index, j, name=f"weight_index_c{j}",
+                            reset_less=True)[-1]
+            valid = delayed(m, self.weight_valid, j, name=f"weight_valid_c{j}")[-1]
             for i in range(cfg.rows):
                 m.d.comb += [
                     pes[i][j].weight_in.eq(weight),

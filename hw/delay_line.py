@@ -1,0 +1,30 @@
+"""Delay lines: a value and its copies one, two, ... cycles later."""
+
+from amaranth.hdl import Shape, Signal, Value, ValueCastable
+
+__all__ = ["delayed"]
+
+
+def delayed(m, value, cycles, *, name, enable=None, reset_less=False):
+    """``value`` and its copies 1 ... ``cycles`` cycles later: a list of ``cycles + 1``
+    values, ``[value, value a cycle ago, ...]``, each copy a register of the one before,
+    named ``{name}_d1``, ``{name}_d2``...
+
+    With ``enable``, the registers take their inputs only in cycles where it is high, so
+    the line stalls as a whole. A valid flag keeps its reset (a line starts empty); a
+    payload that counts only beside such a flag is ``reset_less``, which spares the
+    reset's fan-out.
+
+    Latency: copy ``k`` is ``value`` of ``k`` cycles (enabled cycles) before.
+    """
+    shape = value.shape() if isinstance(value, ValueCastable) else Value.cast(value).shape()
+    line = [value]
+    for k in range(1, cycles + 1):
+        register = Signal(shape, name=f"{name}_d{k}", reset_less=reset_less)
+        if enable is None:
+            m.d.sync += register.eq(line[-1])
+        else:
+            with m.If(enable):
+                m.d.sync += register.eq(line[-1])
+        line.append(register)
+    return line
