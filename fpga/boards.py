@@ -87,7 +87,7 @@ _ECP5_MEASURED_CLOCK_MHZ = {"85F": 100.0, "12F": 70.0}
 #: 67.2 and seed 2 69.1; seed 3 reaches 73.3), and router1 did not converge on the 85F's
 #: 8x8 within 13 minutes (router2 did, in 10). The 85F's design routes only with its reset
 #: on a clock network (``global_reset``). Its placer weighs timing at 30 (nextpnr's default
-#: is 10): on the latest RTL, built for 100 MHz, seed 1 reaches 103.1 MHz. The margin
+#: is 10): on the latest RTL, built for 100 MHz, seed 1 reaches 101.3 MHz. The margin
 #: rests on the placement: a one-bit change in the serial link's reply took seeds 1-5 to
 #: 87.3-95.9 MHz (see the README).
 _ECP5_PLACEMENT = {"85F": {"router": "router2", "global_reset": True, "seed": 1,

@@ -532,11 +532,13 @@ class Sequencer(wiring.Component):
                 # The hazard matrix (:data:`~tpuer.isa.DMA_HAZARDS`) for the next
                 # instruction: a MATMUL's, or else an ACTIVATE's (the only other kind the
                 # flag blocks).
-                hazard_a, hazard_b = (
-                    chosen & Mux(next_is_matmul,
-                                 kind_in(kind, DMA_HAZARDS[Opcode.MATMUL].get(field, ())),
-                                 kind_in(kind, DMA_HAZARDS[Opcode.ACTIVATE].get(field, ())))
-                    for field in ("a", "b"))
+                # (Only a MATMUL's rows a meet a transfer's: one AND there, no multiplexer.)
+                assert "a" not in DMA_HAZARDS[Opcode.ACTIVATE]
+                matmul_kinds, activate_kinds = (DMA_HAZARDS[Opcode.MATMUL],
+                                                DMA_HAZARDS[Opcode.ACTIVATE])
+                hazard_a = chosen & next_is_matmul & kind_in(kind, matmul_kinds["a"])
+                hazard_b = chosen & Mux(next_is_matmul, kind_in(kind, matmul_kinds["b"]),
+                                        kind_in(kind, activate_kinds["b"]))
                 dma_terms += [hazard_a & overlaps(next_rows_a, *rows),
                               hazard_b & overlaps(next_rows_b, *rows)]
             start, end = (value[:row_bits] for value in next_rows_a)

@@ -169,8 +169,11 @@ def dma_kind(reads_host, from_acc, select=None):
 
 def kind_in(kind, kinds):
     """Whether ``kind`` (a :class:`DMAKind`, or a signal of one) is one of ``kinds``."""
-    result = False
-    for each in kinds:
+    kinds = list(kinds)
+    if not kinds:
+        return False
+    result = kind == kinds[0]
+    for each in kinds[1:]:
         result = result | (kind == each)
     return result
 
