@@ -1,6 +1,6 @@
 """Delay lines: a value and its copies one, two, ... cycles later."""
 
-from amaranth.hdl import Shape, Signal, Value, ValueCastable
+from amaranth.hdl import Signal, Value, ValueCastable
 
 __all__ = ["delayed"]
 

@@ -15,9 +15,8 @@ def add_config_arguments(parser, defaults=None):
     group = parser.add_argument_group("configuration")
     for parameter in Config.parameters():
         default = getattr(defaults, parameter.name)
-        group.add_argument(f"--{parameter.name.replace('_', '-')}", dest=parameter.name,
-                           type=int, default=default,
-                           help=f"{parameter.summary}; {parameter.allowed} (default {default})")
+        _add_parameter_option(group, parameter, default=default,
+                              help=f"{parameter.summary}; {parameter.allowed} (default {default})")
 
 
 def add_board_config_arguments(parser):
@@ -26,8 +25,13 @@ def add_board_config_arguments(parser):
     group = parser.add_argument_group("configuration (default: the board's)")
     for parameter in Config.parameters():
         if parameter.build:
-            group.add_argument(f"--{parameter.name.replace('_', '-')}", dest=parameter.name,
-                               type=int, help=f"{parameter.summary}; {parameter.allowed}")
+            _add_parameter_option(group, parameter,
+                                  help=f"{parameter.summary}; {parameter.allowed}")
+
+
+def _add_parameter_option(group, parameter, **options):
+    group.add_argument(f"--{parameter.name.replace('_', '-')}", dest=parameter.name, type=int,
+                       **options)
 
 
 def config_from_args(parser, args):

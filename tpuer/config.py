@@ -4,6 +4,7 @@ The RTL (``tpuer.hw``), the golden models (``tpuer.sim``), the testbenches (``tp
 and the command line all take a :class:`Config`; nothing restates a width or a depth.
 """
 
+import functools
 import numbers
 from dataclasses import dataclass, field, fields
 
@@ -167,9 +168,11 @@ class Config:
         "cycle a run); 0: without them, smaller, for a slow clock")
 
     @classmethod
+    @functools.cache
     def parameters(cls):
-        """Every field as a :class:`Parameter`, in the order of the fields."""
-        return [Parameter(item.name, **item.metadata["parameter"]) for item in fields(cls)]
+        """Every field as a :class:`Parameter`, in the order of the fields (made once:
+        every ``Config`` checks itself against them)."""
+        return tuple(Parameter(item.name, **item.metadata["parameter"]) for item in fields(cls))
 
     def __post_init__(self):
         # NumPy's integers are integers too; every field is kept as a Python int.
