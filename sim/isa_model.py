@@ -121,6 +121,22 @@ class CoreModel:
     def check(self, instr):
         """The error an instruction raises in the current state, or ``ErrorCode.NONE``:
         the checks of :data:`~tpuer.isa.RANGE_CHECKS`'s description, in its order."""
+        error = self.static_check(instr)
+        if error is not ErrorCode.NONE:
+            return error
+        op = instr.op
+        if op is Opcode.READ_WEIGHTS and \
+                len(self.tiles) + instr.count > tiles_held(self.cfg):
+            return STATE_CHECKS[op]
+        if op is Opcode.MATMUL and instr.count and instr.flags & MatmulFlag.SWITCH and \
+                not self.tiles:
+            return STATE_CHECKS[op]
+        return ErrorCode.NONE
+
+    def static_check(self, instr):
+        """The first failing check of those that do not depend on the core's state (the
+        RTL's :class:`~tpuer.hw.instruction_checks.InstructionChecks`), or
+        ``ErrorCode.NONE``."""
         cfg = self.cfg
         op = instr.op
         if op is None:
@@ -142,12 +158,6 @@ class CoreModel:
             low, high = config_ranges(cfg)[ConfigParam(instr.flags)]
             if (lane != ALL_LANES and lane >= cfg.cols) or not low <= value <= high:
                 return ErrorCode.BAD_CONFIG
-        if op is Opcode.READ_WEIGHTS and \
-                len(self.tiles) + instr.count > tiles_held(cfg):
-            return STATE_CHECKS[op]
-        if op is Opcode.MATMUL and instr.count and instr.flags & MatmulFlag.SWITCH and \
-                not self.tiles:
-            return STATE_CHECKS[op]
         return ErrorCode.NONE
 
     def run(self, start=0, host_in=(), *, timed=True, max_cycles=10_000_000):

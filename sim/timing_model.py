@@ -40,6 +40,7 @@ What each block contributes (see the RTL for the reasons):
 """
 
 from collections import deque
+from dataclasses import dataclass
 
 from ..hw.accumulators import add_spacing
 from ..hw.activation import activation_latency
@@ -48,12 +49,62 @@ from ..hw.matrix_unit import matrix_unit_latency
 from ..hw.sequencer import fetch_fill_cycles
 from ..isa import DMA_HAZARDS, DMAKind, MatmulFlag, Opcode, WriteHostFlag, dma_kind
 
-__all__ = ["CoreTiming", "Timing"]
+__all__ = ["CoreTiming", "Timing", "WorkUnderWay", "may_go"]
 
 
 class Timing(dict):
     """The counters of one run: ``cycles``, ``mxu_busy_cycles``, ``weight_stall_cycles``,
     ``instructions``."""
+
+
+@dataclass(frozen=True)
+class WorkUnderWay:
+    """What the sequencer's hazard checks look at: the host transfer under way (its kind
+    and rows ``[low, high)``), whether an activation's rows are still on their way
+    (``activate_busy``), the ACTIVATE in the activation issuer (its accumulator rows still
+    to read; the UB rows of every activation still on its way), and whether matrix rows
+    are still bound for each half of the accumulator memory (``banks_busy``)."""
+    dma_busy: bool
+    dma_kind: DMAKind
+    dma_rows: tuple
+    activate_busy: bool
+    issuer_busy: bool
+    issuer_acc: tuple
+    issuer_ub: tuple
+    banks_busy: tuple
+
+
+def may_go(cfg, instr, work):
+    """Whether ``instr`` (a MATMUL, ACTIVATE, READ_HOST or WRITE_HOST with rows) is free of
+    the hazards of ``work`` (:class:`WorkUnderWay`), as the RTL's
+    :class:`~tpuer.hw.hazard_tracker.HazardTracker` decides: a MATMUL waits while the host
+    transfer moves rows it must not touch (:data:`~tpuer.isa.DMA_HAZARDS`), while an
+    activation still writes UB rows it reads, or the issuer still reads accumulator rows
+    it writes; an ACTIVATE waits for the transfer's rows likewise and while matrix rows
+    are bound for the halves of the accumulator memory it reads; a host transfer waits
+    while an activation is under way, and one from the accumulators like an ACTIVATE."""
+    op, a, b, n = instr.op, instr.a, instr.b, instr.count
+    half = cfg.acc_depth // 2
+
+    def touches(start, span):
+        """Rows ``[start, start + n)`` meet rows ``[span[0], span[1])``."""
+        return span[0] < start + n and start < span[1]
+
+    def dma_blocks():
+        rows = {"a": a, "b": b}
+        return work.dma_busy and any(work.dma_kind in kinds and touches(rows[field],
+                                                                        work.dma_rows)
+                                     for field, kinds in DMA_HAZARDS[op].items())
+
+    acc_rows_pending = ((work.banks_busy[0] and a < half) or
+                        (work.banks_busy[1] and a + n > half))
+    if op is Opcode.MATMUL:
+        return not (dma_blocks() or (work.activate_busy and touches(a, work.issuer_ub)) or
+                    (work.issuer_busy and touches(b, work.issuer_acc)))
+    if op is Opcode.ACTIVATE:
+        return not (dma_blocks() or acc_rows_pending)
+    from_acc = op is Opcode.WRITE_HOST and instr.flags & WriteHostFlag.FROM_ACC
+    return not (work.activate_busy or (from_acc and acc_rows_pending))
 
 
 class CoreTiming:
@@ -108,6 +159,15 @@ class CoreTiming:
                 tuple(self.act_stages), tuple(self.server_fresh), self.server_level,
                 self.issuer_left,
                 self.dma_busy, self.dma_requested, self.dma_answered)
+
+    def _work_under_way(self, activate_busy):
+        """What the hazard checks look at in this cycle (:class:`WorkUnderWay`)."""
+        return WorkUnderWay(
+            dma_busy=self.dma_busy, dma_kind=self.dma_kind,
+            dma_rows=(self.dma_base, self.dma_base + self.dma_count),
+            activate_busy=activate_busy, issuer_busy=self.issuer_left != 0,
+            issuer_acc=self.issuer_acc, issuer_ub=self.issuer_ub,
+            banks_busy=tuple(count != 0 for count in self.banks))
 
     def _status(self):
         """The datapath's status seen by the sequencer in this cycle."""
@@ -277,7 +337,6 @@ class CoreTiming:
         raises :class:`~tpuer.device.CycleBudgetError` once the run passes ``max_cycles``.
         """
         cfg = self.cfg
-        half = cfg.acc_depth // 2
         self._step({}, 0)                     # the cycle in which the host starts the core
         counters = Timing(cycles=0, mxu_busy_cycles=0, weight_stall_cycles=0, instructions=0)
         index, step, draining = 0, 0, False
@@ -302,23 +361,7 @@ class CoreTiming:
                 instr = trace[index]
                 op, a, b, n = instr.op, instr.a, instr.b, instr.count
 
-                def touches(start, span):
-                    """Rows ``[start, start + n)`` meet rows ``[span[0], span[1])``."""
-                    return span[0] < start + n and start < span[1]
-
-                def dma_blocks(op):
-                    """The transfer under way meets rows that ``op`` must not touch while
-                    it moves (the hazard matrix, ``DMA_HAZARDS``)."""
-                    rows = {"a": a, "b": b}
-                    return self.dma_busy and any(
-                        self.dma_kind in kinds and
-                        touches(rows[field], (self.dma_base, self.dma_base + self.dma_count))
-                        for field, kinds in DMA_HAZARDS[op].items())
-
-                def acc_rows_pending(start):
-                    return ((self.banks[0] != 0 and start < half) or
-                            (self.banks[1] != 0 and start + n > half))
-
+                free = may_go(self.cfg, instr, self._work_under_way(activate_busy))
                 if op is Opcode.NOP:
                     retire = True
                 elif op is Opcode.HALT:
@@ -331,22 +374,18 @@ class CoreTiming:
                     retire = not activate_busy
                 elif op in (Opcode.READ_HOST, Opcode.WRITE_HOST):
                     from_acc = op is Opcode.WRITE_HOST and instr.flags & WriteHostFlag.FROM_ACC
-                    if not activate_busy and not (from_acc and acc_rows_pending(a)):
+                    if free:
                         command["dma"] = (dma_kind(op is Opcode.READ_HOST, from_acc), a, n)
                 elif op is Opcode.READ_WEIGHTS:
                     command["weights"] = n
                 elif op is Opcode.MATMUL:
                     command["matmul_pending"] = True
-                    blocked = (dma_blocks(op) or
-                               (activate_busy and touches(a, self.issuer_ub)) or
-                               (self.issuer_left != 0 and touches(b, self.issuer_acc)))
-                    if not blocked:
+                    if free:
                         new_tile = bool(instr.flags & MatmulFlag.SWITCH) and step == 0
                         accumulate = bool(instr.flags & MatmulFlag.ACCUMULATE)
                         command["matmul"] = (new_tile, b + step, accumulate)
                 elif op is Opcode.ACTIVATE:
-                    blocked = dma_blocks(op)
-                    if not acc_rows_pending(a) and not blocked:
+                    if free:
                         command["activate_request"] = (a, b, n)
             done = self._step(command, rows_left)
             rows_left -= done["host_rows"]

@@ -23,7 +23,8 @@ from amaranth.hdl import unsigned
 from amaranth.lib import data, enum
 
 __all__ = ["Opcode", "MatmulFlag", "WriteHostFlag", "ConfigParam", "ErrorCode",
-           "INSTRUCTION_LAYOUT", "INSTRUCTION_BITS", "Instruction", "ALL_LANES",
+           "INSTRUCTION_LAYOUT", "INSTRUCTION_BITS", "FIELD_BITS", "END_BITS", "Instruction",
+           "ALL_LANES",
            "CoreState", "OPERANDS", "DEFINED_FLAGS", "CONFIG_DEFAULTS", "DMAKind", "dma_kind",
            "RangeCheck", "RANGE_CHECKS", "STATE_CHECKS", "DMA_HAZARDS", "memory_depths",
            "config_ranges", "tiles_held"]
@@ -124,6 +125,10 @@ INSTRUCTION_LAYOUT = data.StructLayout({
     "reserved": unsigned(8),
 })
 INSTRUCTION_BITS = INSTRUCTION_LAYOUT.size
+#: Bits of the row fields ``a``, ``b`` and ``count``, and of an end ``a + count``, which the
+#: hardware keeps one bit wider so that a range past the end of a memory is seen.
+FIELD_BITS = INSTRUCTION_LAYOUT["a"].shape.width
+END_BITS = FIELD_BITS + 1
 _FIELDS = {name: (field.offset, field.shape.width) for name, field in INSTRUCTION_LAYOUT}
 
 #: The fields each opcode takes as operands, in assembly order (CONFIG has its own form:
