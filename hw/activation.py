@@ -8,7 +8,7 @@ from .arith import saturate
 from .delay_line import delayed
 from .registered_multiplier import RegisteredMultiplier
 
-__all__ = ["ActivationUnit", "activation_unit", "activation_latency", "PARAM_WRITE_LAYOUT"]
+__all__ = ["ActivationUnit", "activation_unit", "activation_unit_class", "activation_latency", "PARAM_WRITE_LAYOUT"]
 
 #: A write of a bias or a multiplier into the lane-serial unit's parameter memory (CONFIG
 #: BIAS / MULTIPLIER): ``lane`` or, with ``all_lanes``, every lane; ``en`` for one cycle.
@@ -16,14 +16,19 @@ PARAM_WRITE_LAYOUT = data.StructLayout({
     "en": 1, "multiplier": 1, "all_lanes": 1, "lane": 16, "value": 32})
 
 
-def activation_unit(cfg, *, tag_shape=unsigned(16)):
-    """The activation unit ``cfg`` asks for: :class:`ActivationUnit` (every lane at once),
-    or :class:`~tpuer.hw.serial_activation.SerialActivationUnit` when
+def activation_unit_class(cfg):
+    """The class of the activation unit ``cfg`` asks for: :class:`ActivationUnit` (every
+    lane at once), or :class:`~tpuer.hw.serial_activation.SerialActivationUnit` when
     ``cfg.activation_steps`` is set."""
     if cfg.activation_steps:
         from .serial_activation import SerialActivationUnit
-        return SerialActivationUnit(cfg, tag_shape=tag_shape)
-    return ActivationUnit(cfg, tag_shape=tag_shape)
+        return SerialActivationUnit
+    return ActivationUnit
+
+
+def activation_unit(cfg, *, tag_shape=unsigned(16)):
+    """The activation unit ``cfg`` asks for (:func:`activation_unit_class`)."""
+    return activation_unit_class(cfg)(cfg, tag_shape=tag_shape)
 
 
 def activation_latency(cfg):
@@ -206,6 +211,10 @@ class ActivationUnit(wiring.Component):
     ``multiply_latency`` 2, 10 with 3) from ``i`` to ``o`` with no back-pressure; the whole pipeline
     holds while ``o.valid & ~o.ready``.
     """
+
+    #: The parameters this unit keeps in a memory of its own, written on ``param_write``
+    #: (none: every parameter comes from ``params``).
+    KEPT_PARAMETERS = ()
 
     @staticmethod
     def params_layout_for(cfg):

@@ -5,14 +5,27 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..isa import END_BITS, FIELD_BITS
 from .datapath import command_layouts
 
-__all__ = ["ActivationIssuer", "ACTIVATE_REQUEST_LAYOUT"]
+__all__ = ["ActivationIssuer", "ACTIVATE_REQUEST_LAYOUT", "ActivationView"]
 
 #: An ACTIVATE, as the sequencer hands it over, with the ends of its row ranges
 #: (``acc_addr + count`` and ``ub_addr + count``, which the sequencer keeps in registers).
-ACTIVATE_REQUEST_LAYOUT = data.StructLayout({"acc_addr": 16, "ub_addr": 16, "count": 16,
-                                             "acc_end": 17, "ub_end": 17})
+ACTIVATE_REQUEST_LAYOUT = data.StructLayout({
+    "acc_addr": FIELD_BITS, "ub_addr": FIELD_BITS, "count": FIELD_BITS,
+    "acc_end": END_BITS, "ub_end": END_BITS})
+
+
+class ActivationView(wiring.Signature):
+    """The activation under way, as the activation issuer shows it to the sequencer's
+    hazard checks: ``busy`` and the accumulator rows ``[acc_low, acc_high)`` it has still
+    to read; the UB rows ``[ub_low, ub_high)`` of every activation whose rows are still on
+    their way."""
+
+    def __init__(self):
+        super().__init__({"busy": Out(1), **{name: Out(END_BITS) for name in (
+            "acc_low", "acc_high", "ub_low", "ub_high")}})
 
 
 class ActivationIssuer(wiring.Component):
@@ -20,10 +33,10 @@ class ActivationIssuer(wiring.Component):
     ``count`` of them) when idle, and issues one ``activate`` command per cycle to the
     datapath while the sequencer goes on with later instructions.
 
-    ``busy`` and ``[acc_low, acc_high)`` describe the accumulator rows the ACTIVATE under
-    way has still to read; ``[ub_low, ub_high)`` covers the UB rows of every activation
-    whose rows are still on their way (``draining``, from the datapath, says that earlier
-    rows are): the sequencer holds back a MATMUL that would overwrite accumulator rows not
+    ``activation`` (an :class:`ActivationView`) describes the accumulator rows the
+    ACTIVATE under way has still to read and covers the UB rows of every activation whose
+    rows are still on their way (``draining``, from the datapath, says that earlier rows
+    are): the sequencer holds back a MATMUL that would overwrite accumulator rows not
     yet read, or read UB rows not yet written.
 
     Latency: the first row is issued the cycle after the request is taken; ``count`` rows
@@ -36,9 +49,7 @@ class ActivationIssuer(wiring.Component):
             "request": In(stream.Signature(ACTIVATE_REQUEST_LAYOUT)),
             "activate": Out(stream.Signature(command_layouts(cfg)["activate"])),
             "draining": In(1),
-            "busy": Out(1),
-            "acc_low": Out(17), "acc_high": Out(17),
-            "ub_low": Out(17), "ub_high": Out(17),
+            "activation": Out(ActivationView()),
         })
 
     def elaborate(self, platform):
@@ -51,28 +62,28 @@ class ActivationIssuer(wiring.Component):
         last = Signal()              # the row offered is the last one (a register: no adder
         #                              or comparison in front of ``busy``)
         m.d.comb += [
-            self.request.ready.eq(~self.busy),
-            self.activate.valid.eq(self.busy),
+            self.request.ready.eq(~self.activation.busy),
+            self.activate.valid.eq(self.activation.busy),
             self.activate.payload.acc_addr.eq(acc_row),
             self.activate.payload.ub_addr.eq(ub_row),
         ]
         with m.If(self.activate.valid & self.activate.ready):
             m.d.sync += [acc_row.eq(acc_row + 1), ub_row.eq(ub_row + 1),
-                         last.eq(acc_row + 2 == self.acc_high)]
+                         last.eq(acc_row + 2 == self.activation.acc_high)]
             with m.If(last):
-                m.d.sync += self.busy.eq(0)
+                m.d.sync += self.activation.busy.eq(0)
         with m.If(self.request.valid & self.request.ready):
             req = self.request.payload
             acc_addr, ub_addr = req.acc_addr[:row_bits], req.ub_addr[:row_bits]
             new_high = req.ub_end[:row_bits]
-            m.d.sync += [self.busy.eq(req.count != 0), self.acc_low.eq(acc_addr),
-                         self.acc_high.eq(req.acc_end[:row_bits]), acc_row.eq(acc_addr),
+            m.d.sync += [self.activation.busy.eq(req.count != 0), self.activation.acc_low.eq(acc_addr),
+                         self.activation.acc_high.eq(req.acc_end[:row_bits]), acc_row.eq(acc_addr),
                          ub_row.eq(ub_addr), last.eq(req.count == 1)]
             with m.If(self.draining):
                 # Rows of the ACTIVATE before are still on their way: cover both.
-                m.d.sync += [self.ub_low.eq(Mux(ub_addr < self.ub_low, ub_addr, self.ub_low)),
-                             self.ub_high.eq(Mux(new_high > self.ub_high, new_high,
-                                                 self.ub_high))]
+                m.d.sync += [self.activation.ub_low.eq(Mux(ub_addr < self.activation.ub_low, ub_addr, self.activation.ub_low)),
+                             self.activation.ub_high.eq(Mux(new_high > self.activation.ub_high, new_high,
+                                                 self.activation.ub_high))]
             with m.Else():
-                m.d.sync += [self.ub_low.eq(ub_addr), self.ub_high.eq(new_high)]
+                m.d.sync += [self.activation.ub_low.eq(ub_addr), self.activation.ub_high.eq(new_high)]
         return m

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from .activation_issuer import ActivationIssuer
 from .datapath import Datapath
 from .host_dma import DMA_REQUEST_LAYOUT, HostDMA
-from .sequencer import STATUS_SHAPES, Sequencer, control_shapes
+from .sequencer import STATUS_SHAPES, control_shapes, sequencer
 from .weight_reader import WeightReader
 
 __all__ = ["Core", "host_control_shapes"]
@@ -51,7 +51,7 @@ class Core(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        m.submodules.sequencer = seq = Sequencer(cfg)
+        m.submodules.sequencer = seq = sequencer(cfg)
         m.submodules.datapath = dp = Datapath(cfg)
         m.submodules.weight_reader = reader = WeightReader(cfg)
         m.submodules.host_dma = dma = HostDMA(cfg)
@@ -64,17 +64,10 @@ class Core(wiring.Component):
         for name in ("host_write", "host_read"):
             wiring.connect(m, getattr(dma, name), getattr(dp, name))
         wiring.connect(m, dp.host_data, dma.host_data)
-        # The DMA engine serves the sequencer first, the host when the sequencer asks nothing.
-        # With ``cfg.control_registers`` the sequencer's transfer is chosen while it is
-        # pending (from registers), hazards or not, so that the late handshake does not
-        # choose the payload the engine adds and stores; the host's waits meanwhile. (The
-        # host interface asks only while no program runs.)
-        if cfg.control_registers:
-            from_seq = seq.dma_pending
-            any_valid = seq.dma_request.valid | (self.memory_request.valid & ~from_seq)
-        else:
-            from_seq = seq.dma_request.valid
-            any_valid = from_seq | self.memory_request.valid
+        # The DMA engine serves the sequencer first, the host when the sequencer claims
+        # nothing (the host interface asks only while no program runs).
+        from_seq = seq.dma_claim
+        any_valid = seq.dma_request.valid | (self.memory_request.valid & ~from_seq)
         m.d.comb += [
             dma.request.valid.eq(any_valid),
             dma.request.payload.eq(Mux(from_seq, seq.dma_request.payload,
@@ -82,6 +75,8 @@ class Core(wiring.Component):
             seq.dma_request.ready.eq(dma.request.ready),
             self.memory_request.ready.eq(dma.request.ready & ~from_seq),
         ]
+        wiring.connect(m, dma.transfer, seq.transfer)
+        wiring.connect(m, issuer.activation, seq.activation)
         wiring.connect(m, seq.weight_request, reader.request)
         wiring.connect(m, reader.weights, dp.weights)
         wiring.connect(m, wiring.flipped(self.host_in), dma.host_in)
@@ -92,18 +87,11 @@ class Core(wiring.Component):
             seq.weight_reader_busy.eq(reader.busy),
             seq.matmul_busy.eq(dp.matmul_busy),
             seq.acc_bank_busy.eq(dp.acc_bank_busy),
-            seq.activate_busy.eq(dp.activate_busy | issuer.busy),
+            seq.activate_busy.eq(dp.activate_busy | issuer.activation.busy),
             issuer.draining.eq(dp.activate_busy),
-            seq.issuer_busy.eq(issuer.busy),
-            seq.issuer_acc_low.eq(issuer.acc_low), seq.issuer_acc_high.eq(issuer.acc_high),
-            seq.issuer_ub_low.eq(issuer.ub_low), seq.issuer_ub_high.eq(issuer.ub_high),
             seq.weight_stall.eq(dp.weight_stall),
             seq.vector_issued.eq(dp.vector_issued),
-            seq.dma_busy.eq(dma.busy),
             dma.cancel.eq(seq.dma_cancel),
-            seq.dma_kind.eq(dma.kind),
-            seq.dma_low.eq(dma.low),
-            seq.dma_high.eq(dma.high),
             reader.write_addr.eq(self.weight_write_addr),
             reader.write_data.eq(self.weight_write_data),
             reader.write_en.eq(self.weight_write_en),

@@ -4,13 +4,22 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import DMAKind
+from ..isa import END_BITS, DMAKind
 from .datapath import command_layouts, host_answer_slots
 
-__all__ = ["HostDMA", "DMA_REQUEST_LAYOUT"]
+__all__ = ["HostDMA", "DMA_REQUEST_LAYOUT", "TransferView"]
 
 #: A transfer request, as the sequencer sends it.
 DMA_REQUEST_LAYOUT = data.StructLayout({"kind": DMAKind, "addr": 16, "count": 16})
+
+
+class TransferView(wiring.Signature):
+    """The transfer under way, as the host DMA engine shows it to the sequencer's hazard
+    checks: ``busy``, its ``kind`` and its rows ``[low, high)``."""
+
+    def __init__(self):
+        super().__init__({"busy": Out(1), "kind": Out(DMAKind), "low": Out(END_BITS),
+                          "high": Out(END_BITS)})
 
 
 class HostDMA(wiring.Component):
@@ -23,10 +32,9 @@ class HostDMA(wiring.Component):
       words in lanes ``0 .. cols - 1``).
 
     ``cancel`` drops the transfer under way; the answers of reads it had issued are taken
-    and dropped before the next one starts. ``busy``, ``kind``, ``low`` and ``high``
-    describe the transfer under way (its whole
-    address range ``[low, high)``), so that the sequencer can hold back instructions that
-    touch those rows.
+    and dropped before the next one starts. ``transfer`` (a :class:`TransferView`)
+    describes the transfer under way, its whole address range included, so that the
+    sequencer can hold back instructions that touch those rows.
 
     Latency: a transfer of ``n`` rows takes ``n`` cycles (``n + 1 + memory_read_latency``
     for writes to the host)
@@ -40,10 +48,7 @@ class HostDMA(wiring.Component):
         super().__init__({
             "request": In(stream.Signature(DMA_REQUEST_LAYOUT)),
             "cancel": In(1),
-            "busy": Out(1),
-            "kind": Out(DMAKind),
-            "low": Out(17),
-            "high": Out(17),
+            "transfer": Out(TransferView()),
             "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
             "host_out": Out(stream.Signature(self.host_row_layout)),
             "host_write": Out(stream.Signature(layouts["host_write"])),
@@ -76,19 +81,19 @@ class HostDMA(wiring.Component):
         answered_now = Signal()     # an answer is taken this cycle (sent, or dropped)
         outstanding = Signal(range(host_answer_slots(cfg) + 2))
         dropping = Signal()
-        m.d.comb += [self.request.ready.eq(~self.busy & ~dropping), self.low.eq(base),
-                     self.high.eq(high)]
+        m.d.comb += [self.request.ready.eq(~self.transfer.busy & ~dropping), self.transfer.low.eq(base),
+                     self.transfer.high.eq(high)]
         with m.If(dropping):
             m.d.comb += [self.host_data.ready.eq(1), answered_now.eq(self.host_data.valid)]
         with m.If(self.request.valid & self.request.ready):
             payload = self.request.payload
-            m.d.sync += [self.busy.eq(payload.count != 0), self.kind.eq(payload.kind),
+            m.d.sync += [self.transfer.busy.eq(payload.count != 0), self.transfer.kind.eq(payload.kind),
                          base.eq(payload.addr[:row_bits]), count.eq(payload.count[:row_bits]),
                          high.eq(payload.addr[:row_bits] + payload.count[:row_bits]),
                          next_row.eq(payload.addr[:row_bits]), answered.eq(0),
                          last_request.eq(payload.count == 1), last_answer.eq(payload.count == 1)]
 
-        reading_host = self.busy & (self.kind == DMAKind.READ_HOST)
+        reading_host = self.transfer.busy & (self.transfer.kind == DMAKind.READ_HOST)
         m.d.comb += [
             self.host_write.valid.eq(reading_host & self.host_in.valid),
             self.host_write.payload.addr.eq(next_row),
@@ -100,9 +105,9 @@ class HostDMA(wiring.Component):
             with m.If(self.host_in.valid & self.host_write.ready):
                 m.d.sync += [next_row.eq(next_row + 1), last_request.eq(next_row + 2 == high)]
                 with m.If(last_request):
-                    m.d.sync += self.busy.eq(0)
+                    m.d.sync += self.transfer.busy.eq(0)
 
-        m.d.comb += [self.host_read.payload.acc.eq(self.kind == DMAKind.WRITE_ACC),
+        m.d.comb += [self.host_read.payload.acc.eq(self.transfer.kind == DMAKind.WRITE_ACC),
                      self.host_read.payload.addr.eq(next_row),
                      self.host_out.payload.eq(self.host_data.payload)]
         # Rows left to read: with ``cfg.control_registers`` a register of its own, so that
@@ -115,7 +120,7 @@ class HostDMA(wiring.Component):
                 m.d.sync += reads_left.eq(next_row + 1 != high)
         else:
             reads_left = next_row != high
-        with m.If(self.busy & (self.kind != DMAKind.READ_HOST)):
+        with m.If(self.transfer.busy & (self.transfer.kind != DMAKind.READ_HOST)):
             with m.If(reads_left):
                 m.d.comb += self.host_read.valid.eq(1)
                 with m.If(self.host_read.ready):
@@ -127,7 +132,7 @@ class HostDMA(wiring.Component):
                 m.d.comb += answered_now.eq(1)
                 m.d.sync += [answered.eq(answered + 1), last_answer.eq(answered + 2 == count)]
                 with m.If(last_answer):
-                    m.d.sync += self.busy.eq(0)
+                    m.d.sync += self.transfer.busy.eq(0)
         with m.If(issued_now & ~answered_now):
             m.d.sync += outstanding.eq(outstanding + 1)
         with m.Elif(answered_now & ~issued_now):
@@ -137,8 +142,8 @@ class HostDMA(wiring.Component):
                         Mux(answered_now, outstanding == 1, outstanding == 0))
         with m.If(dropping & none_left):
             m.d.sync += dropping.eq(0)
-        with m.If(self.cancel & self.busy):
-            m.d.sync += self.busy.eq(0)
-            with m.If(self.kind != DMAKind.READ_HOST):
+        with m.If(self.cancel & self.transfer.busy):
+            m.d.sync += self.transfer.busy.eq(0)
+            with m.If(self.transfer.kind != DMAKind.READ_HOST):
                 m.d.sync += dropping.eq(~none_left)
         return m

@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .activation import (PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, biased,
                          clamped)
+from ..isa import ConfigParam
 from .block_ram import BlockRAM
 from .arith import saturate
 
@@ -54,6 +55,9 @@ class SerialActivationUnit(wiring.Component):
     Latency: :attr:`latency` = ``cols * (steps + 37) + 1`` cycles from ``i`` to ``o``; the
     unit takes the next row in the cycle its output is taken.
     """
+
+    #: The parameters the unit keeps in its own memory, written on ``param_write``.
+    KEPT_PARAMETERS = (ConfigParam.BIAS, ConfigParam.MULTIPLIER)
 
     def __init__(self, cfg, *, tag_shape=unsigned(16)):
         if not cfg.activation_steps:

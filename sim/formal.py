@@ -426,18 +426,29 @@ def _driver(module, signal, start):
     raise LookupError(f"nothing drives {signal.name}[{start}:]")
 
 
+def _checks(m, cfg, instruction):
+    """An :class:`~tpuer.hw.instruction_checks.InstructionChecks` of the harness, on
+    ``instruction``: what the sequencer's registers must agree with."""
+    from ..hw.instruction_checks import InstructionChecks
+    checks = InstructionChecks(cfg)
+    m.submodules += checks
+    m.d.comb += checks.instruction.eq(instruction)
+    return checks
+
+
 def _sequencer(control_registers):
     def build():
         from amaranth.lib import data, wiring
         from ..config import Config
-        from ..hw.sequencer import Sequencer
+        from ..hw.instruction_checks import opcode_bits
+        from ..hw.sequencer import sequencer
         from ..isa import INSTRUCTION_LAYOUT, DMAKind, Opcode, tiles_held
         # Depths that are no powers of two, so that an address past the end still fits
         # its field; a program memory of four words.
         cfg = Config(rows=2, cols=2, ub_depth=6, acc_depth=6, weight_fifo_tiles=1,
                      weight_tiles=3, program_depth=4, control_registers=control_registers)
         m = Module()
-        dut = Sequencer(cfg)
+        dut = sequencer(cfg)
         m.submodules.dut = elaborated = _elaborated(dut)
         inside = internal_signals(elaborated)
         inputs = []          # every input of the sequencer is any value in every cycle
@@ -475,7 +486,7 @@ def _sequencer(control_registers):
         # What makes it inductive: the registers made as an instruction is loaded agree
         # with the instruction, and a MATMUL's row counters with its range.
         instr = data.View(INSTRUCTION_LAYOUT, inside["instr"])
-        own = dut._static_decode(m, instr)
+        own = _checks(m, cfg, instr)
         is_op = {code: inside[f"is_{code.name.lower()}"] for code in Opcode}
         ub_row = _driver(elaborated, inside["matmul__payload"], 0)
         acc_row = _driver(elaborated, inside["matmul__payload"], cfg.ub_addr_width)
@@ -493,9 +504,9 @@ def _sequencer(control_registers):
         running = ~starting          # Run or Drain: the instruction under way is loaded
         m.d.comb += Assert(loaded | starting)
         holds = [
-            *(is_op[code] == own["is_op"][code] for code in Opcode),
-            a_end == own["a_end"], b_end == own["b_end"],
-            inside["static_bad_parts"] == Cat(*own["bad"]),
+            *(is_op[code] == opcode_bits(own.is_op)[code] for code in Opcode),
+            a_end == own.a_end, b_end == own.b_end,
+            inside["static_bad_parts"] == own.bad,
             inside["count_zero"] == (instr.count == 0),
             ~is_op[Opcode.MATMUL] | (instr.count == 0) | (
                 (rows_left != 0) & (inside["last_step"] == (rows_left == 1)) &
@@ -525,14 +536,13 @@ def _registered_sequencer(m, dut, elaborated, inside, in_state, instr, is_op, ow
     flags, ``tiles_after``) agree with the instruction under way; the fill flags with the
     state."""
     from amaranth.lib import data
-    from ..hw.sequencer import Sequencer
     from ..isa import INSTRUCTION_BITS, INSTRUCTION_LAYOUT, Opcode
 
     def decode(word):
-        return dut._static_decode(m, data.View(INSTRUCTION_LAYOUT, word[:INSTRUCTION_BITS]))
+        return _checks(m, dut._cfg, data.View(INSTRUCTION_LAYOUT, word[:INSTRUCTION_BITS]))
 
     def stored_right(word):
-        return word[INSTRUCTION_BITS:] == Cat(*Sequencer._stored_checks(decode(word)))
+        return word[INSTRUCTION_BITS:] == decode(word).verdicts.as_value()
 
     program = elaborated._named_submodules["program"][0]
     program_inside = _inner(elaborated, "program")
@@ -544,22 +554,17 @@ def _registered_sequencer(m, dut, elaborated, inside, in_state, instr, is_op, ow
     # ``upcoming`` and its decode, kept as it was filled
     upcoming = inside["upcoming"]
     theirs = decode(upcoming)
-    kept = [inside["upcoming_a_end"] == theirs["a_end"],
-            inside["upcoming_b_end"] == theirs["b_end"],
-            *(inside[f"upcoming_{key}"] == theirs[key]
-              for key in ("many_tiles", "no_opcode", "bad_field")),
-            *(inside[f"upcoming_is_{code.name.lower()}"] == theirs["is_op"][code]
-              for code in Opcode),
-            *(inside[f"upcoming_{code.name.lower()}_check{k}"] == fails
-              for code, code_checks in theirs["checks"].items()
-              for k, (fails, _) in enumerate(code_checks))]
+    kept = [inside["upcoming_a_end"] == theirs.a_end,
+            inside["upcoming_b_end"] == theirs.b_end,
+            inside["upcoming_is_op"] == theirs.is_op.as_value(),
+            inside["upcoming_verdicts"] == theirs.verdicts.as_value()]
     m.d.comb += [Assert(~in_state("Prime", "Run") | value) for value in kept]
     # the fill flags
     m.d.comb += [Assert(inside["filling"] == in_state("Fill", "Decode", "Prime")),
                  Assert(inside["in_prime"] == in_state("Prime"))]
     # the flags made at the load, in Run (elsewhere the armed flags are clear)
     count_zero = instr.count == 0
-    has_error = Cat(*own["bad"]).any() | inside["weight_overflow"] | inside["no_weights"]
+    has_error = own.bad.any() | inside["weight_overflow"] | inside["no_weights"]
     clear = ~has_error & ~inside["beyond_end"]
     rows_op = (is_op[Opcode.READ_HOST] | is_op[Opcode.WRITE_HOST] |
                is_op[Opcode.READ_WEIGHTS] | is_op[Opcode.MATMUL] | is_op[Opcode.ACTIVATE])

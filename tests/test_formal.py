@@ -39,12 +39,12 @@ MUTATIONS = {
     "weight_fifo": ("weight_fifo", "WeightFIFO",
                     "read = (stored != 0) & (~head_valid | self.r.ready)",
                     "read = (stored != 0)"),
-    "sequencer": ("sequencer", "Sequencer",
+    "sequencer": ("instruction_checks", "InstructionChecks",
                   "over = above(ends[check.field], depths[check.memory])",
                   "over = above(ends[check.field], depths[check.memory] + 1)"),
-    "sequencer_registered": ("sequencer", "Sequencer",
-                             "finds_no_tile = fetched_takes_tile & (tiles_then == 0)",
-                             "finds_no_tile = fetched_takes_tile & 0"),
+    "sequencer_registered": ("sequencer", "RegisteredSequencer",
+                             "finds_no_tile = r.fetched_takes_tile & (tiles_then == 0)",
+                             "finds_no_tile = r.fetched_takes_tile & 0"),
 }
 
 
@@ -74,6 +74,15 @@ def mutated(module_name, old, new):
 def test_proof_fails_on_a_mutated_design(name, monkeypatch):
     module_name, cls, old, new = MUTATIONS[name]
     original, copy = mutated(module_name, old, new)
+    part = getattr(original, cls)
     monkeypatch.setattr(original, cls, getattr(copy, cls))
+    # A part is also named by the classes that use it (as Sequencer.Checks): those too.
+    import tpuer.hw
+    for module in vars(tpuer.hw).values():
+        for user in vars(module).values() if isinstance(module, types.ModuleType) else ():
+            if isinstance(user, type):
+                for attribute, value in list(vars(user).items()):
+                    if value is part:
+                        monkeypatch.setattr(user, attribute, getattr(copy, cls))
     with pytest.raises(ProofFailed):
         prove(PROOFS[name])
