@@ -7,25 +7,18 @@ from amaranth.lib.wiring import In, Out
 from .activation_issuer import ActivationIssuer
 from .datapath import Datapath
 from .host_dma import DMA_REQUEST_LAYOUT, HostDMA
-from .sequencer import STATUS_SHAPES, control_shapes, sequencer
-from .weight_reader import WeightReader
+from .sequencer import ProgramWrite, RunControl, Status, sequencer
+from .weight_reader import WeightReader, WeightWrite
 
-__all__ = ["Core", "host_control_shapes"]
-
-
-def host_control_shapes(cfg):
-    """What the host drives: the sequencer's control and the weight memory's write port."""
-    return {**control_shapes(cfg), "weight_write_addr": cfg.weight_addr_width,
-            "weight_write_data": data.ArrayLayout(cfg.operand_shape, cfg.cols),
-            "weight_write_en": 1, "weight_write_armed": 1}
+__all__ = ["Core"]
 
 
 class Core(wiring.Component):
     """A programmable TPU core in the manner of TPU v1.
 
-    The host loads a program (``program_write_*``) and weight tiles (``weight_write_*``),
-    pulses ``start``, feeds the rows that READ_HOST takes on ``host_in`` and takes the
-    rows WRITE_HOST sends on ``host_out``, and reads the status and the counters. See
+    The host loads a program (``program_write``) and weight tiles (``weight_write``),
+    pulses ``control.start``, feeds the rows that READ_HOST takes on ``host_in`` and takes the
+    rows WRITE_HOST sends on ``host_out``, and reads the ``status``. See
     :class:`~tpuer.hw.sequencer.Sequencer` for what each instruction does and waits for.
 
     ``memory_request`` hands the host DMA engine a transfer of the host's own (read rows of
@@ -37,8 +30,10 @@ class Core(wiring.Component):
         self._cfg = cfg
         self.host_row_layout = data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes)
         super().__init__({
-            **{name: In(shape) for name, shape in host_control_shapes(cfg).items()},
-            **{name: Out(shape) for name, shape in STATUS_SHAPES.items()},
+            "program_write": In(ProgramWrite(cfg)),
+            "control": In(RunControl()),
+            "weight_write": In(WeightWrite(cfg)),
+            "status": Out(Status()),
             "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
             "host_out": Out(stream.Signature(self.host_row_layout)),
             "memory_request": In(stream.Signature(DMA_REQUEST_LAYOUT)),
@@ -92,13 +87,9 @@ class Core(wiring.Component):
             seq.weight_stall.eq(dp.weight_stall),
             seq.vector_issued.eq(dp.vector_issued),
             dma.cancel.eq(seq.dma_cancel),
-            reader.write_addr.eq(self.weight_write_addr),
-            reader.write_data.eq(self.weight_write_data),
-            reader.write_en.eq(self.weight_write_en),
-            reader.write_armed.eq(self.weight_write_armed),
         ]
-        for name in control_shapes(cfg):
-            m.d.comb += getattr(seq, name).eq(getattr(self, name))
-        for name in STATUS_SHAPES:
-            m.d.comb += getattr(self, name).eq(getattr(seq, name))
+        wiring.connect(m, wiring.flipped(self.program_write), seq.program_write)
+        wiring.connect(m, wiring.flipped(self.control), seq.control)
+        wiring.connect(m, wiring.flipped(self.weight_write), reader.write)
+        wiring.connect(m, seq.status, wiring.flipped(self.status))
         return m

@@ -10,9 +10,9 @@ from ..protocol import (HEADER_LAYOUT, MEMORY_ADDRESS_LAYOUT, STATUS_FIELDS, STA
                         STATUS_WORDS, WORD_BITS, LANE_BITS, Command, Memory, Reply,
                         check_lane_width, header, host_row_words, weight_row_words)
 from .arith import above
-from .core import host_control_shapes
 from .host_dma import DMA_REQUEST_LAYOUT
-from .sequencer import STATUS_SHAPES
+from .sequencer import ProgramWrite, RunControl, Status
+from .weight_reader import WeightWrite
 
 __all__ = ["HostInterface"]
 
@@ -39,11 +39,13 @@ class HostInterface(wiring.Component):
         super().__init__({
             "cmd": In(stream.Signature(WORD_BITS)),
             "rsp": Out(stream.Signature(WORD_BITS)),
-            **{name: Out(shape) for name, shape in host_control_shapes(cfg).items()},
+            "program_write": Out(ProgramWrite(cfg)),
+            "control": Out(RunControl()),
+            "weight_write": Out(WeightWrite(cfg)),
             "host_in": Out(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
             "host_out": In(stream.Signature(data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes))),
             "memory_request": Out(stream.Signature(DMA_REQUEST_LAYOUT)),
-            **{name: In(shape) for name, shape in STATUS_SHAPES.items()},
+            "status": In(Status()),
         })
 
     def elaborate(self, platform):
@@ -67,7 +69,7 @@ class HostInterface(wiring.Component):
         bad_reply = Signal(8)
         bad_opcode = Signal(8)
         took = self.cmd.valid & self.cmd.ready
-        running = self.state == CoreState.RUNNING
+        running = self.status.state == CoreState.RUNNING
         # Where DATA rows go: to a running program, to a WRITE_MEMORY, or nowhere.
         rows_mode = Signal(2)
         ROWS_TO_PROGRAM, ROWS_TO_MEMORY, ROWS_DROPPED = 0, 1, 2
@@ -79,10 +81,10 @@ class HostInterface(wiring.Component):
         def int8_lanes(bits, lanes):
             return [bits[LANE_BITS * k:LANE_BITS * (k + 1)] for k in range(lanes)]
 
-        m.d.sync += [self.start.eq(0), self.abort_run.eq(0)]
+        m.d.sync += [self.control.start.eq(0), self.control.abort.eq(0)]
         if fast:
-            m.d.sync += [self.program_write_en.eq(0), self.program_write_addr.eq(addr),
-                         self.program_write_data.eq(Cat(low, word))]
+            m.d.sync += [self.program_write.en.eq(0), self.program_write.addr.eq(addr),
+                         self.program_write.data.eq(Cat(low, word))]
         with m.FSM(name="parser"):
             with m.State("Header"):
                 m.d.comb += self.cmd.ready.eq(~status_request & ~bad_request)
@@ -114,7 +116,7 @@ class HostInterface(wiring.Component):
                         with m.Case(Command.ABORT.value):
                             # Registered, like START: no path from the link's words into
                             # the sequencer's issue logic.
-                            m.d.sync += self.abort_run.eq(1)
+                            m.d.sync += self.control.abort.eq(1)
                         with m.Default():
                             m.d.sync += [bad_request.eq(1), bad_opcode.eq(head.opcode),
                                          bad_reply.eq(Reply.BAD_COMMAND.value)]
@@ -182,12 +184,12 @@ class HostInterface(wiring.Component):
                         # and data not gated by the state: the memory's pins are far from
                         # the parser. (A START takes two words more, so the program is
                         # complete before it can run.)
-                        m.d.sync += self.program_write_en.eq(
+                        m.d.sync += self.program_write.en.eq(
                             ~above(addr, cfg.program_depth - 1) & ~program_refused)
                     else:
-                        m.d.comb += [self.program_write_addr.eq(addr),
-                                     self.program_write_data.eq(Cat(low, word)),
-                                     self.program_write_en.eq(
+                        m.d.comb += [self.program_write.addr.eq(addr),
+                                     self.program_write.data.eq(Cat(low, word)),
+                                     self.program_write.en.eq(
                                          ~above(addr, cfg.program_depth - 1) &
                                          ~program_refused)]
                     m.d.sync += [addr.eq(addr + 1), count.eq(count - 1)]
@@ -203,12 +205,12 @@ class HostInterface(wiring.Component):
                 words = weight_row_words(cfg)
                 # The row's address and whether its last word may come now are known from
                 # registers, before the word is: the weight reader keeps clear of it.
-                m.d.comb += self.weight_write_armed.eq(index == words - 1)
+                m.d.comb += self.weight_write.armed.eq(index == words - 1)
                 with m.If(took):
                     m.d.sync += buffer.word_select(index, 32).eq(word)
                     m.d.sync += index.eq(index + 1)
                     with m.If(index == words - 1):
-                        m.d.comb += self.weight_write_en.eq(
+                        m.d.comb += self.weight_write.en.eq(
                             ~above(addr, cfg.weight_memory_depth - 1))
                         m.d.sync += [addr.eq(addr + 1), count.eq(count - 1), index.eq(0)]
                         with m.If(count == 1):
@@ -219,7 +221,7 @@ class HostInterface(wiring.Component):
                 with m.If(took):
                     # Registered: the link's words need not reach the sequencer's fetch in
                     # the same cycle.
-                    m.d.sync += [self.start.eq(1), self.start_pc.eq(word)]
+                    m.d.sync += [self.control.start.eq(1), self.control.start_pc.eq(word)]
                     m.next = "Header"
 
             with m.State("Data"):
@@ -240,8 +242,8 @@ class HostInterface(wiring.Component):
 
         weight_row = _row_from(buffer, self.cmd.payload, weight_row_words(cfg))
         for lane, bits in enumerate(int8_lanes(weight_row, cfg.cols)):
-            m.d.comb += self.weight_write_data[lane].eq(bits)
-        m.d.comb += self.weight_write_addr.eq(addr)
+            m.d.comb += self.weight_write.data[lane].eq(bits)
+        m.d.comb += self.weight_write.addr.eq(addr)
 
         # --- replies: one whole reply at a time ------------------------------------------
         # A header, then the words; ``word`` counts the words sent after the header.
@@ -260,7 +262,7 @@ class HostInterface(wiring.Component):
         # the row's lanes sits before the reply stream's buffer: a word every other cycle.
         reply = Signal(32)
         settled = Signal()
-        status_words = [_state_word(self) if name == "state_word" else getattr(self, name)
+        status_words = [_state_word(self.status) if name == "state_word" else getattr(self.status, name)
                         for name in STATUS_FIELDS]
         status_now = status_words
         row = self.host_out.payload
@@ -348,8 +350,8 @@ class HostInterface(wiring.Component):
 
 
 def _state_word(interface):
-    """The state word (:data:`~tpuer.protocol.STATUS_STATE_LAYOUT`) from the status inputs
-    of ``interface`` named as its fields: each at its offset, the gaps between them 0."""
+    """The state word (:data:`~tpuer.protocol.STATUS_STATE_LAYOUT`) from the members of
+    ``interface`` (a :class:`~tpuer.hw.sequencer.Status`) named as its fields: each at its offset, the gaps between them 0."""
     parts, end = [], 0
     for name, field in STATUS_STATE_LAYOUT:
         value = getattr(interface, name).as_value()

@@ -28,8 +28,8 @@ from .instruction_checks import (VERDICTS_LAYOUT, InstructionChecks, OPCODE_LAYO
 from .parameter_registers import ParameterRegisters, RegisteredParameterRegisters
 from .program_memory import ProgramMemory
 
-__all__ = ["Sequencer", "RegisteredSequencer", "sequencer", "STATUS_SHAPES",
-           "control_shapes", "fetch_fill_cycles", "program_word_bits"]
+__all__ = ["Sequencer", "RegisteredSequencer", "sequencer", "STATUS_SHAPES", "Status",
+           "RunControl", "ProgramWrite", "fetch_fill_cycles", "program_word_bits"]
 
 #: The status register and the performance counters, as the sequencer drives them and the
 #: core and the host interface pass them on.
@@ -59,12 +59,29 @@ def fetch_fill_cycles(cfg):
     return len(_form(cfg).FILL_STATES)
 
 
-def control_shapes(cfg):
-    """The host's control of the sequencer: the instruction memory's write port, start and
-    abort."""
-    return {"program_write_addr": cfg.program_addr_width,
-            "program_write_data": INSTRUCTION_BITS, "program_write_en": 1,
-            "start": 1, "start_pc": FIELD_BITS, "abort_run": 1}
+class Status(wiring.Signature):
+    """The status register and the performance counters (:data:`STATUS_SHAPES`), as the
+    sequencer drives them and the core and the host interface pass them on."""
+
+    def __init__(self):
+        super().__init__({name: Out(shape) for name, shape in STATUS_SHAPES.items()})
+
+
+class RunControl(wiring.Signature):
+    """The host's control of a run, as the host drives it: a one-cycle ``start`` runs from
+    instruction ``start_pc``; ``abort`` stops a running program."""
+
+    def __init__(self):
+        super().__init__({"start": Out(1), "start_pc": Out(FIELD_BITS), "abort": Out(1)})
+
+
+class ProgramWrite(wiring.Signature):
+    """A write port into the instruction memory, as the host drives it: instruction word
+    ``data`` into word ``addr`` while ``en``."""
+
+    def __init__(self, cfg):
+        super().__init__({"addr": Out(cfg.program_addr_width), "data": Out(INSTRUCTION_BITS),
+                          "en": Out(1)})
 
 
 class Sequencer(wiring.Component):
@@ -89,19 +106,16 @@ class Sequencer(wiring.Component):
 
     Members
     -------
-    program_write_addr, program_write_data, program_write_en : In
+    program_write : In(ProgramWrite)
         The host's port into the instruction memory; ignored while a program runs.
-    start, start_pc : In
+    control : In(RunControl)
         A one-cycle ``start`` runs from ``start_pc`` (from any state but ``RUNNING``); it
-        clears the error and the counters.
-    abort_run : In
-        Stops a running program after the current step (state ``IDLE``) and cancels the
-        host transfer under way (``dma_cancel``).
-    state, error, error_pc : Out
-        The status register.
-    cycles, mxu_busy_cycles, weight_stall_cycles, instructions : Out(32)
-        The performance counters of the last run
-        (:class:`~tpuer.hw.counters.PerformanceCounters`).
+        clears the error and the counters. ``abort`` stops a running program after the
+        current step (state ``IDLE``) and cancels the host transfer under way
+        (``dma_cancel``).
+    status : Out(Status)
+        The status register (``state``, ``error``, ``error_pc``) and the performance
+        counters of the last run (:class:`~tpuer.hw.counters.PerformanceCounters`).
     matmul, activate_request, params, param_write : Out
         Commands to the datapath (see :class:`Datapath`); ``matmul_pending`` is high while
         a MATMUL with rows left is under way, whether or not its row waits on a hazard (a
@@ -137,8 +151,9 @@ class Sequencer(wiring.Component):
         self._cfg = cfg
         layouts = command_layouts(cfg)
         super().__init__({
-            **{name: In(shape) for name, shape in control_shapes(cfg).items()},
-            **{name: Out(shape) for name, shape in STATUS_SHAPES.items()},
+            "program_write": In(ProgramWrite(cfg)),
+            "control": In(RunControl()),
+            "status": Out(Status()),
             "matmul": Out(stream.Signature(layouts["matmul"])),
             "matmul_pending": Out(1),
             "activate_request": Out(stream.Signature(ACTIVATE_REQUEST_LAYOUT)),
@@ -166,10 +181,10 @@ class Sequencer(wiring.Component):
         """The instruction memory; the program cannot change while it runs (the memory may
         be single-ported)."""
         m.submodules.program = program = ProgramMemory(self._cfg.program_depth)
-        m.d.comb += [program.write_addr.eq(self.program_write_addr),
-                     program.write_data.eq(self.program_write_data),
-                     program.write_en.eq(self.program_write_en &
-                                         (self.state != CoreState.RUNNING))]
+        m.d.comb += [program.write_addr.eq(self.program_write.addr),
+                     program.write_data.eq(self.program_write.data),
+                     program.write_en.eq(self.program_write.en &
+                                         (self.status.state != CoreState.RUNNING))]
         return program
 
     def _fetch(self, m, r):
@@ -289,7 +304,7 @@ class Sequencer(wiring.Component):
                      counters.vector_issued.eq(self.vector_issued),
                      counters.weight_stall.eq(self.weight_stall),
                      counters.retires.eq(r.retiring)]
-        m.d.comb += [getattr(self, name).eq(getattr(counters, name))
+        m.d.comb += [getattr(self.status, name).eq(getattr(counters, name))
                      for name in ("cycles", "mxu_busy_cycles", "weight_stall_cycles",
                                   "instructions")]
         r.counters = counters
@@ -325,7 +340,7 @@ class Sequencer(wiring.Component):
         with rows, a count that is not 0)."""
         go, moves = Signal(name="go"), Signal(name="moves")
         is_op = r.is_op
-        m.d.comb += [go.eq(r.in_run & ~self.abort_run & ~r.beyond_end & ~r.has_error),
+        m.d.comb += [go.eq(r.in_run & ~self.control.abort & ~r.beyond_end & ~r.has_error),
                      moves.eq(go & ~r.count_zero)]
         r.go = go
         return {"halt": go & is_op[Opcode.HALT], "config": go & is_op[Opcode.CONFIG],
@@ -402,12 +417,12 @@ class Sequencer(wiring.Component):
 
     def _stop(self, m, r, state):
         """The run ends in ``state`` (in a state of the FSM)."""
-        m.d.sync += self.state.eq(state)
+        m.d.sync += self.status.state.eq(state)
         m.next = "Idle"
 
     def _start(self, m, r):
         """START in Idle: the run begins from ``start_pc``."""
-        m.d.comb += [r.program.read_addr.eq(self.start_pc), r.program.read_en.eq(1)]
+        m.d.comb += [r.program.read_addr.eq(self.control.start_pc), r.program.read_en.eq(1)]
 
     def _fill(self, m, r, state):
         """The fill state ``state``: the first instruction waits on the memory's output
@@ -442,7 +457,7 @@ class Sequencer(wiring.Component):
         r.retiring = Signal(name="retiring")
         r.beyond_end = Signal(name="beyond_end")    # pc is past the instruction memory
         r.running, r.in_run = Signal(name="running"), Signal(name="in_run")
-        m.d.comb += r.running.eq(self.state == CoreState.RUNNING)
+        m.d.comb += r.running.eq(self.status.state == CoreState.RUNNING)
         self._fetch(m, r)
         self._load(m, r)
         r.has_error = self._has_error(m, r)
@@ -465,18 +480,18 @@ class Sequencer(wiring.Component):
         live = self._live(m, r)
         with m.FSM(name="sequencer"):
             with m.State("Idle"):
-                with m.If(self.start):
-                    m.d.sync += [r.pc.eq(self.start_pc), r.first_row.eq(1),
-                                 r.beyond_end.eq(above(self.start_pc, cfg.program_depth - 1)),
-                                 self.state.eq(CoreState.RUNNING),
-                                 self.error.eq(ErrorCode.NONE), self.error_pc.eq(0)]
+                with m.If(self.control.start):
+                    m.d.sync += [r.pc.eq(self.control.start_pc), r.first_row.eq(1),
+                                 r.beyond_end.eq(above(self.control.start_pc, cfg.program_depth - 1)),
+                                 self.status.state.eq(CoreState.RUNNING),
+                                 self.status.error.eq(ErrorCode.NONE), self.status.error_pc.eq(0)]
                     m.d.comb += r.counters.clear.eq(1)
                     self._start(m, r)
                     m.next = self.FILL_STATES[0]
             for k, state in enumerate(self.FILL_STATES):
                 with m.State(state):
                     self._fill(m, r, state)
-                    with m.If(self.abort_run):
+                    with m.If(self.control.abort):
                         m.d.comb += self.dma_cancel.eq(1)
                         self._stop(m, r, CoreState.IDLE)
                     with m.Else():
@@ -484,21 +499,21 @@ class Sequencer(wiring.Component):
             with m.State("Drain"):
                 # Earlier instructions finish (host transfers included) before the error
                 # shows, so that the host's view matches the golden model's.
-                with m.If(self.abort_run):
+                with m.If(self.control.abort):
                     m.d.comb += self.dma_cancel.eq(1)
                     self._stop(m, r, CoreState.ERROR)
                 with m.Elif(r.all_idle):
                     self._stop(m, r, CoreState.ERROR)
             with m.State("Run"):
                 m.d.comb += r.in_run.eq(1)
-                with m.If(self.abort_run):
+                with m.If(self.control.abort):
                     m.d.comb += self.dma_cancel.eq(1)
                     self._stop(m, r, CoreState.IDLE)
                 with m.Elif(r.beyond_end):
-                    m.d.sync += [self.error.eq(ErrorCode.PROGRAM_END), self.error_pc.eq(r.pc)]
+                    m.d.sync += [self.status.error.eq(ErrorCode.PROGRAM_END), self.status.error_pc.eq(r.pc)]
                     m.next = "Drain"
                 with m.Elif(r.has_error):
-                    m.d.sync += [self.error.eq(r.error), self.error_pc.eq(r.pc)]
+                    m.d.sync += [self.status.error.eq(r.error), self.status.error_pc.eq(r.pc)]
                     m.next = "Drain"
                 with m.If(live["halt"] & r.all_idle):
                     m.d.comb += r.retiring.eq(1)
@@ -544,13 +559,13 @@ class RegisteredSequencer(Sequencer):
 
     def _program_memory(self, m):
         m.submodules.write_checks = write_checks = self.Checks(self._cfg)
-        m.d.comb += write_checks.instruction.eq(self.program_write_data)
+        m.d.comb += write_checks.instruction.eq(self.program_write.data)
         m.submodules.program = program = ProgramMemory(
             self._cfg.program_depth, registered_output=True, extra_bits=self.STORED_BITS)
-        m.d.comb += [program.write_addr.eq(self.program_write_addr),
-                     program.write_data.eq(Cat(self.program_write_data, write_checks.verdicts)),
-                     program.write_en.eq(self.program_write_en &
-                                         (self.state != CoreState.RUNNING)),
+        m.d.comb += [program.write_addr.eq(self.program_write.addr),
+                     program.write_data.eq(Cat(self.program_write.data, write_checks.verdicts)),
+                     program.write_en.eq(self.program_write.en &
+                                         (self.status.state != CoreState.RUNNING)),
                      program.output_en.eq(program.read_en)]
         return program
 
@@ -612,14 +627,14 @@ class RegisteredSequencer(Sequencer):
         """Each armed flag with no abort under way. (The armed flags are clear in every
         state but Run: made so at the load, and cleared as the core stops.)"""
         r.armed = {kind: Signal(name=f"{kind}_armed") for kind in self.ARMED}
-        return {kind: ~self.abort_run & flag for kind, flag in r.armed.items()}
+        return {kind: ~self.control.abort & flag for kind, flag in r.armed.items()}
 
     def _dma_claim(self):
         return self.dma_pending
 
     def _retires(self, r, live, handed_over):
         armed = r.armed
-        return ~self.abort_run & (
+        return ~self.control.abort & (
             armed["quick"] | (armed["sync"] & r.all_idle) |
             (armed["config"] & ~self.activate_busy) |
             any_of(armed[kind] & handed for kind, handed in handed_over.items()))
@@ -635,7 +650,7 @@ class RegisteredSequencer(Sequencer):
 
     def _start(self, m, r):
         super()._start(m, r)
-        m.d.sync += [r.fetch_addr.eq(self.start_pc + 1), r.filling.eq(1)]
+        m.d.sync += [r.fetch_addr.eq(self.control.start_pc + 1), r.filling.eq(1)]
 
     def _fill(self, m, r, state):
         """The first instruction into ``following``; then into ``upcoming``, decoded, while
@@ -652,7 +667,7 @@ class RegisteredSequencer(Sequencer):
         none armed.)"""
         fetched, is_next = r.fetched, r.decoded["is_op"]
         beyond_last = above(r.pc, self._cfg.program_depth - 2)
-        clear = ~r.fails & ~Mux(r.priming, r.beyond_end, beyond_last) & ~self.abort_run
+        clear = ~r.fails & ~Mux(r.priming, r.beyond_end, beyond_last) & ~self.control.abort
         moving = clear & (fetched.count != 0)
         rows_op = (is_next[Opcode.READ_HOST] | is_next[Opcode.WRITE_HOST] |
                    is_next[Opcode.READ_WEIGHTS] | is_next[Opcode.MATMUL] |

@@ -5,9 +5,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..protocol import WORD_BITS, check_lane_width
-from .core import Core, host_control_shapes
+from .core import Core
 from .host_interface import HostInterface
-from .sequencer import STATUS_SHAPES
 
 __all__ = ["TPU"]
 
@@ -31,8 +30,7 @@ class TPU(wiring.Component):
         wiring.connect(m, host.host_in, core.host_in)
         wiring.connect(m, core.host_out, host.host_out)
         wiring.connect(m, host.memory_request, core.memory_request)
-        for name in host_control_shapes(self._cfg):
-            m.d.comb += getattr(core, name).eq(getattr(host, name))
-        for name in STATUS_SHAPES:
-            m.d.comb += getattr(host, name).eq(getattr(core, name))
+        for port in ("program_write", "control", "weight_write"):
+            wiring.connect(m, getattr(host, port), getattr(core, port))
+        wiring.connect(m, core.status, host.status)
         return m

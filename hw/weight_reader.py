@@ -4,9 +4,21 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..isa import FIELD_BITS
 from .block_ram import BlockRAM
 
-__all__ = ["WeightReader"]
+__all__ = ["WeightReader", "WeightWrite"]
+
+
+class WeightWrite(wiring.Signature):
+    """The host's write port into the weight memory, as the host drives it: row ``data``
+    into row ``addr`` (``tile * rows + row``) while ``en``; ``armed`` is high in every cycle
+    in which ``en`` may be high, from registers."""
+
+    def __init__(self, cfg):
+        super().__init__({"addr": Out(cfg.weight_addr_width),
+                          "data": Out(data.ArrayLayout(cfg.operand_shape, cfg.cols)),
+                          "en": Out(1), "armed": Out(1)})
 
 
 class WeightReader(wiring.Component):
@@ -16,8 +28,9 @@ class WeightReader(wiring.Component):
 
     Members
     -------
-    write_addr, write_data, write_en : In
-        The host's write port (a row address: ``tile * rows + row``).
+    write : In(WeightWrite)
+        The host's write port. ``armed`` lets the reader keep clear of the write without
+        waiting for the late ``en``.
     request : In(stream.Signature(StructLayout({"tile", "tiles"})))
         Read ``tiles`` tiles from ``tile`` on; taken whenever the previous request has
         issued its last read. The requester checks the range.
@@ -26,12 +39,8 @@ class WeightReader(wiring.Component):
     busy : Out(1)
         A requested row has not yet left on ``weights``.
 
-    write_armed : In(1)
-        High in every cycle in which ``write_en`` may be high: from registers, so that the
-        reader keeps clear of the write without waiting for the late ``write_en``.
-
     The memory is block RAM without a bypass (:class:`~tpuer.hw.block_ram.BlockRAM`): the
-    reader reads no row in a cycle in which the host may write one (``write_armed``) but
+    reader reads no row in a cycle in which the host may write one (``write.armed``) but
     waits, so it reads a row's new value and never the undefined one of a read meeting a
     write. (It waits whatever row the host writes: comparing the rows would put a
     comparator before the memory's read enable, and the host's rows come many cycles
@@ -44,12 +53,9 @@ class WeightReader(wiring.Component):
     def __init__(self, cfg):
         self._cfg = cfg
         self.row_layout = data.ArrayLayout(cfg.operand_shape, cfg.cols)
-        self.request_layout = data.StructLayout({"tile": 16, "tiles": 16})
+        self.request_layout = data.StructLayout({"tile": FIELD_BITS, "tiles": FIELD_BITS})
         super().__init__({
-            "write_addr": In(cfg.weight_addr_width),
-            "write_data": In(self.row_layout),
-            "write_en": In(1),
-            "write_armed": In(1),
+            "write": In(WeightWrite(cfg)),
             "request": In(stream.Signature(self.request_layout)),
             "weights": Out(stream.Signature(self.row_layout)),
             "busy": Out(1),
@@ -60,9 +66,9 @@ class WeightReader(wiring.Component):
         m = Module()
         m.submodules.storage = storage = BlockRAM(width=self.row_layout.size,
                                                   depth=cfg.weight_memory_depth)
-        m.d.comb += [storage.write_addr.eq(self.write_addr),
-                     storage.write_data.eq(self.write_data),
-                     storage.write_en.eq(self.write_en)]
+        m.d.comb += [storage.write_addr.eq(self.write.addr),
+                     storage.write_data.eq(self.write.data),
+                     storage.write_en.eq(self.write.en)]
 
         next_addr = Signal(range(cfg.weight_memory_depth + 1))
         remaining = Signal(range(cfg.weight_memory_depth + 1))
@@ -71,7 +77,7 @@ class WeightReader(wiring.Component):
         # No row is read in a cycle in which the host may write one (the block RAM's
         # output would be undefined if it is the same): the read waits, and the row
         # already read is kept.
-        hazard = self.write_armed
+        hazard = self.write.armed
         taken = have_row & self.weights.ready
         advance = (~have_row | self.weights.ready) & ~hazard
         m.d.comb += [

@@ -34,31 +34,31 @@ class CoreRun:
 
 def idle_inputs(io):
     """Drive every input of the core to its idle value (undriven inputs are X in Icarus)."""
-    for name in ("start", "abort_run", "program_write_en", "weight_write_en", "weight_write_armed",
+    for name in ("control__start", "control__abort", "program_write__en", "weight_write__en", "weight_write__armed",
                  "host_in__valid", "host_out__ready", "memory_request__valid"):
         io.set(name, 0)
 
 
 async def load_program(io, cfg, words, start=0):
     for offset, word in enumerate(words):
-        io.set("program_write_addr", start + offset)
-        io.set("program_write_data", int(word.encode() if isinstance(word, Instruction) else word))
-        io.set("program_write_en", 1)
+        io.set("program_write__addr", start + offset)
+        io.set("program_write__data", int(word.encode() if isinstance(word, Instruction) else word))
+        io.set("program_write__en", 1)
         await io.tick()
-    io.set("program_write_en", 0)
+    io.set("program_write__en", 0)
 
 
 async def load_weights(io, cfg, tiles, first_tile=0):
     codec = Codec(data.ArrayLayout(cfg.operand_shape, cfg.cols))
     for t, tile in enumerate(tiles):
         for r, row in enumerate(tile):
-            io.set("weight_write_addr", (first_tile + t) * cfg.rows + r)
-            io.set("weight_write_data", codec.encode(row))
-            io.set("weight_write_en", 1)
-            io.set("weight_write_armed", 1)
+            io.set("weight_write__addr", (first_tile + t) * cfg.rows + r)
+            io.set("weight_write__data", codec.encode(row))
+            io.set("weight_write__en", 1)
+            io.set("weight_write__armed", 1)
             await io.tick()
-    io.set("weight_write_en", 0)
-    io.set("weight_write_armed", 0)
+    io.set("weight_write__en", 0)
+    io.set("weight_write__armed", 0)
 
 
 def rest_cycles(cfg):
@@ -75,10 +75,10 @@ def host_out_codec(cfg):
 
 async def pulse_start(io, start):
     """START at instruction ``start``: ``start`` high for one cycle."""
-    io.set("start_pc", start)
-    io.set("start", 1)
+    io.set("control__start_pc", start)
+    io.set("control__start", 1)
     await io.tick()
-    io.set("start", 0)
+    io.set("control__start", 0)
 
 
 async def run_on_core(io, cfg, *, start=0, host_in=(), rng=None, in_idle=0.0, out_stall=0.0,
@@ -97,16 +97,16 @@ async def run_on_core(io, cfg, *, start=0, host_in=(), rng=None, in_idle=0.0, ou
     status = {"running": True}
 
     def watch(io):      # sampled when settled, so every simulator agrees on the cycle
-        status["running"] = io.get("state") == CoreState.RUNNING.value
+        status["running"] = io.get("status__state") == CoreState.RUNNING.value
 
     await run_cycles(io, [source, sink], until=lambda: not status["running"],
                      max_cycles=max_cycles, on_cycle=watch)
     await io.settle()
-    result = CoreRun(state=CoreState(io.get("state")), error=ErrorCode(io.get("error")),
-                     error_pc=io.get("error_pc"), host_out=sink.items,
-                     cycles=io.get("cycles"), mxu_busy_cycles=io.get("mxu_busy_cycles"),
-                     weight_stall_cycles=io.get("weight_stall_cycles"),
-                     instructions=io.get("instructions"))
+    result = CoreRun(state=CoreState(io.get("status__state")), error=ErrorCode(io.get("status__error")),
+                     error_pc=io.get("status__error_pc"), host_out=sink.items,
+                     cycles=io.get("status__cycles"), mxu_busy_cycles=io.get("status__mxu_busy_cycles"),
+                     weight_stall_cycles=io.get("status__weight_stall_cycles"),
+                     instructions=io.get("status__instructions"))
     await io.tick()
     return result
 
@@ -426,11 +426,11 @@ async def bench_abort(io, cfg, rng):
     await pulse_start(io, 0)
     until = io.cycle + 12
     await run_cycles(io, [stuck], until=lambda: io.cycle >= until, max_cycles=100)
-    io.set("abort_run", 1)
+    io.set("control__abort", 1)
     await io.tick()
-    io.set("abort_run", 0)
+    io.set("control__abort", 0)
     await io.settle()
-    state = CoreState(io.get("state"))
+    state = CoreState(io.get("status__state"))
     await io.tick()
     if state is not CoreState.IDLE:
         raise TestbenchError(f"[{io.simulator} core {cfg.name}] state {state.name} after abort")
@@ -452,20 +452,20 @@ async def bench_abort_while_filling(io, cfg, rng):
         sink = StreamSink("host_out", host_out_codec(cfg))
         await pulse_start(io, 0)
         for k in range(cycle + 1):          # abort in the cycle'th cycle after START
-            io.set("abort_run", int(k == cycle))
+            io.set("control__abort", int(k == cycle))
             if k == 0:
                 await io.settle()
-                counters = {name: io.get(name) for name in (
+                counters = {name: io.get(f"status__{name}") for name in (
                     "cycles", "mxu_busy_cycles", "weight_stall_cycles", "instructions")}
                 if any(counters.values()):  # START clears them (the last run left some)
                     raise TestbenchError(f"[{io.simulator} core {cfg.name}] counters "
                                          f"{counters} in the cycle after START")
             await io.tick()
-        io.set("abort_run", 0)
+        io.set("control__abort", 0)
         states = set()
         until = io.cycle + 4 * cfg.rows + 20
         await run_cycles(io, [sink], until=lambda: io.cycle >= until, max_cycles=200,
-                         on_cycle=lambda io: states.add(CoreState(io.get("state"))))
+                         on_cycle=lambda io: states.add(CoreState(io.get("status__state"))))
         if sink.items or states != {CoreState.IDLE}:
             raise TestbenchError(f"[{io.simulator} core {cfg.name}] aborted {cycle} cycles "
                                  f"into the fill: states {sorted(s.name for s in states)}, "
