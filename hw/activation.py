@@ -8,7 +8,7 @@ from .arith import saturate
 from .delay_line import delayed
 from .registered_multiplier import RegisteredMultiplier
 
-__all__ = ["ActivationUnit", "activation_unit", "activation_unit_class", "activation_latency", "PARAM_WRITE_LAYOUT"]
+__all__ = ["ActivationUnit", "ActivationSignature", "PARAM_WRITE_LAYOUT"]
 
 #: A write of a bias or a multiplier into the lane-serial unit's parameter memory (CONFIG
 #: BIAS / MULTIPLIER): ``lane`` or, with ``all_lanes``, every lane; ``en`` for one cycle.
@@ -16,34 +16,40 @@ PARAM_WRITE_LAYOUT = data.StructLayout({
     "en": 1, "multiplier": 1, "all_lanes": 1, "lane": 16, "value": 32})
 
 
-def activation_unit_class(cfg):
-    """The class of the activation unit ``cfg`` asks for: :class:`ActivationUnit` (every
-    lane at once), or :class:`~tpuer.hw.serial_activation.SerialActivationUnit` when
-    ``cfg.activation_steps`` is set."""
-    if cfg.activation_steps:
-        from .serial_activation import SerialActivationUnit
-        return SerialActivationUnit
-    return ActivationUnit
+class ActivationSignature(wiring.Signature):
+    """What every activation unit has (:class:`ActivationUnit`,
+    :class:`~tpuer.hw.serial_activation.SerialActivationUnit`; the one a configuration asks
+    for is :func:`~tpuer.hw.activation_units.activation_unit`).
 
+    Members
+    -------
+    params : In(StructLayout)
+        ``bias``, ``multiplier`` and ``shift`` per lane; ``zero_point`` and ``relu``
+        (:meth:`ActivationUnit.params_layout_for`).
+    param_write : In(PARAM_WRITE_LAYOUT)
+        Writes of the parameters a unit keeps in a memory of its own (its class's
+        ``KEPT_PARAMETERS``; unused by a unit that keeps none).
+    i : In(stream.Signature(StructLayout({"data", "tag"})))
+        Accumulator rows; ``tag`` is passed through unchanged.
+    o : Out(stream.Signature(StructLayout({"data", "tag"})))
+        Requantised operand rows, in order.
+    busy : Out(1)
+        A row is inside the unit.
+    busy_next : Out(1)
+        What ``busy`` will be in the next cycle.
+    """
 
-def activation_unit(cfg, *, tag_shape=unsigned(16)):
-    """The activation unit ``cfg`` asks for (:func:`activation_unit_class`)."""
-    return activation_unit_class(cfg)(cfg, tag_shape=tag_shape)
-
-
-def activation_latency(cfg):
-    """Cycles from a row entering the activation unit of ``cfg`` to its result: 7 (9 with
-    ``multiply_latency`` 2, 10 with 3), or ``cols * (activation_steps + 37) + 1`` for the
-    lane-serial unit."""
-    if cfg.activation_steps:
-        return cfg.cols * (cfg.activation_steps + 37) + 1
-    return all_lanes_latency(cfg)
-
-
-def all_lanes_latency(cfg):
-    """The latency of :class:`ActivationUnit` for ``cfg``: 7, 9 with
-    ``multiply_latency`` 2, 10 with 3."""
-    return {1: 7, 2: 9, 3: 10}[cfg.multiply_latency]
+    def __init__(self, cfg, tag_shape):
+        super().__init__({
+            "params": In(ActivationUnit.params_layout_for(cfg)),
+            "param_write": In(PARAM_WRITE_LAYOUT),
+            "i": In(stream.Signature(data.StructLayout({
+                "data": data.ArrayLayout(cfg.acc_shape, cfg.cols), "tag": tag_shape}))),
+            "o": Out(stream.Signature(data.StructLayout({
+                "data": data.ArrayLayout(cfg.operand_shape, cfg.cols), "tag": tag_shape}))),
+            "busy": Out(1),
+            "busy_next": Out(1),
+        })
 
 
 def biased(cfg, acc, bias):
@@ -183,18 +189,8 @@ class ActivationUnit(wiring.Component):
     the registers that hold them, wherever they are, need not reach every lane's logic in
     the cycle that uses them.
 
-    Members
-    -------
-    params : In(StructLayout)
-        ``bias``, ``multiplier`` and ``shift`` per lane; ``zero_point`` and ``relu``.
-    i : In(stream.Signature(StructLayout({"data", "tag"})))
-        Accumulator rows; ``tag`` is passed through unchanged.
-    o : Out(stream.Signature(StructLayout({"data", "tag"})))
-        Requantised operand rows, in order.
-    busy : Out(1)
-        A row is inside the pipeline (from a register).
-    busy_next : Out(1)
-        What ``busy`` will be in the next cycle.
+    Members: those of :class:`ActivationSignature` (``busy`` from a register;
+    ``param_write`` unused).
 
     Stages: the row straight from the accumulator memory into registers; bias; four
     16 x 16-bit partial products (a DSP multiplier each); their sum; the high half; the
@@ -207,9 +203,9 @@ class ActivationUnit(wiring.Component):
     the products go into registers of the fabric before the adds (the DSP blocks sit in
     columns of their own, far from the logic).
 
-    Latency: :attr:`latency` cycles (:func:`activation_latency`: 7, 9 with
-    ``multiply_latency`` 2, 10 with 3) from ``i`` to ``o`` with no back-pressure; the whole pipeline
-    holds while ``o.valid & ~o.ready``.
+    Latency: :attr:`latency` cycles (:meth:`latency_for`: 7, 9 with ``multiply_latency``
+    2, 10 with 3) from ``i`` to ``o`` with no back-pressure; the whole pipeline holds while
+    ``o.valid & ~o.ready``. It takes a row every cycle.
     """
 
     #: The parameters this unit keeps in a memory of its own, written on ``param_write``
@@ -227,23 +223,25 @@ class ActivationUnit(wiring.Component):
             "relu": 1,
         })
 
+    @staticmethod
+    def latency_for(cfg):
+        """Cycles from a row entering the unit to its result: 7, 9 with
+        ``multiply_latency`` 2, 10 with 3."""
+        return {1: 7, 2: 9, 3: 10}[cfg.multiply_latency]
+
     def __init__(self, cfg, *, tag_shape=unsigned(16)):
         self._cfg = cfg
         self._tag_shape = tag_shape
-        self.latency = all_lanes_latency(cfg)
-        cols = cfg.cols
+        self.latency = self.latency_for(cfg)
         self.params_layout = self.params_layout_for(cfg)
-        self.in_layout = data.StructLayout({
-            "data": data.ArrayLayout(cfg.acc_shape, cols), "tag": tag_shape})
-        self.out_layout = data.StructLayout({
-            "data": data.ArrayLayout(cfg.operand_shape, cols), "tag": tag_shape})
-        super().__init__({
-            "params": In(self.params_layout),
-            "i": In(stream.Signature(self.in_layout)),
-            "o": Out(stream.Signature(self.out_layout)),
-            "busy": Out(1),
-            "busy_next": Out(1),
-        })
+        super().__init__(ActivationSignature(cfg, tag_shape))
+        self.in_layout = self.i.payload.shape()
+        self.out_layout = self.o.payload.shape()
+
+    def admits(self, in_flight):
+        """Whether a row may start on its way to the unit (read from the accumulators)
+        while others are (``in_flight``): always, as the unit takes a row every cycle."""
+        return 1
 
     def elaborate(self, platform):
         cfg = self._cfg

@@ -5,7 +5,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .accumulators import AccumulatorMemory, add_spacing
-from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, activation_unit
+from .activation import PARAM_WRITE_LAYOUT, ActivationUnit
+from .activation_units import activation_latency, activation_unit
 from .arith import above, any_of, count_of
 from .delay_line import delayed
 from .matrix_unit import MatrixUnit, matrix_unit_latency
@@ -102,7 +103,7 @@ class Datapath(wiring.Component):
     :func:`~tpuer.hw.matrix_unit.matrix_unit_latency`, ``rows + cols + multiply_latency``);
     an ``activate`` accepted in cycle ``t`` writes its UB row at the end of cycle
     ``t + R + L`` (:attr:`activate_latency`), where ``L`` is the activation unit's latency
-    (:func:`~tpuer.hw.activation.activation_latency`: 7, 9 with ``multiply_latency`` 2,
+    (:func:`~tpuer.hw.activation_units.activation_latency`: 7, 9 with ``multiply_latency`` 2,
     10 with 3;
     with ``cfg.activation_steps``, ``cols * (steps + 37) + 1``, and the next
     ``activate`` is taken only when the unit can take its row).
@@ -157,9 +158,7 @@ class Datapath(wiring.Component):
         m.submodules.acc = acc = AccumulatorMemory(cfg, skewed_lanes=skewed)
         m.submodules.act = act = activation_unit(cfg, tag_shape=cfg.ub_addr_width)
         wiring.connect(m, wiring.flipped(self.weights), mxu.weights)
-        m.d.comb += act.params.eq(self.params)
-        if cfg.activation_steps:
-            m.d.comb += act.param_write.eq(self.param_write)
+        m.d.comb += [act.params.eq(self.params), act.param_write.eq(self.param_write)]
 
         # --- matmul: UB read -> small queue -> matrix unit ---------------------------------
         # The queue absorbs the UB's read latency when the matrix unit waits for weights;
@@ -283,10 +282,7 @@ class Datapath(wiring.Component):
         activating_ub_addr = Signal(cfg.ub_addr_width)
         activations = _delayed(m, cfg, activating, activating_ub_addr, "activating")
         activations_in_flight = any_of(valid for valid, _ in activations)
-        if cfg.activation_steps:   # a lane-serial unit takes a row only when it is empty
-            m.d.comb += self.activate.ready.eq(~activations_in_flight & act.i.ready)
-        else:
-            m.d.comb += self.activate.ready.eq(1)
+        m.d.comb += self.activate.ready.eq(act.admits(activations_in_flight))
         m.d.sync += [activating.eq(self.activate.valid & self.activate.ready),
                      activating_ub_addr.eq(self.activate.payload.ub_addr)]
         m.d.comb += [
@@ -296,7 +292,7 @@ class Datapath(wiring.Component):
             act.o.ready.eq(1),
         ]
 
-        if cfg.control_registers and not cfg.activation_steps:
+        if cfg.control_registers:
             # A register set a cycle ahead, of the same value: a row handed to the first
             # stage, or one moving on to the next, or the unit busy in the next cycle; so
             # that the sequencer's hazard checks start from a register near them.

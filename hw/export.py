@@ -36,7 +36,7 @@ def to_verilog(component, *, name="top", platform=None):
 def blocks():
     """The blocks that can be exported or simulated on their own, by name."""
     from .accumulators import AccumulatorMemory
-    from .activation import activation_unit
+    from .activation_units import activation_unit
     from .core import Core
     from .tpu import TPU
     from .datapath import Datapath

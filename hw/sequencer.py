@@ -16,7 +16,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..isa import (END_BITS, FIELD_BITS, INSTRUCTION_BITS, INSTRUCTION_LAYOUT, STATE_CHECKS,
                    CoreState, ErrorCode, Opcode, dma_kind, tiles_held)
-from .activation import PARAM_WRITE_LAYOUT, ActivationUnit, activation_unit_class
+from .activation import PARAM_WRITE_LAYOUT, ActivationUnit
+from .activation_units import activation_unit_class
 from .activation_issuer import ACTIVATE_REQUEST_LAYOUT, ActivationView
 from .arith import above, any_of
 from .counters import COUNTER_BITS, PerformanceCounters, PipelinedCounters

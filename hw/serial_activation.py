@@ -6,8 +6,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .activation import (PARAM_WRITE_LAYOUT, ActivationUnit, activation_latency, biased,
-                         clamped)
+from .activation import ActivationSignature, ActivationUnit, biased, clamped
 from ..isa import ConfigParam
 from .block_ram import BlockRAM
 from .arith import saturate
@@ -46,8 +45,8 @@ class SerialActivationUnit(wiring.Component):
     * 1: rounding and the zero point;
     * 1: the clamp; the byte goes into the output row, which shifts down a lane.
 
-    Members: those of :class:`~tpuer.hw.activation.ActivationUnit`, and ``param_write``
-    (In, :data:`~tpuer.hw.activation.PARAM_WRITE_LAYOUT`), taken only while ``busy`` is low.
+    Members: those of :class:`~tpuer.hw.activation.ActivationSignature`; ``param_write``
+    is taken only while ``busy`` is low.
     After reset every bias is 0 and every multiplier ``2**31 - 1`` (the unit writes them
     into its RAM in its first two cycles without a ``param_write``, and takes no row before).
     A row is taken when the unit is empty and its output free (or being taken).
@@ -65,21 +64,22 @@ class SerialActivationUnit(wiring.Component):
         self._cfg = cfg
         self._tag_shape = tag_shape
         self.params_layout = ActivationUnit.params_layout_for(cfg)
-        self.in_layout = data.StructLayout({
-            "data": data.ArrayLayout(cfg.acc_shape, cfg.cols), "tag": tag_shape})
-        self.out_layout = data.StructLayout({
-            "data": data.ArrayLayout(cfg.operand_shape, cfg.cols), "tag": tag_shape})
-        super().__init__({
-            "params": In(self.params_layout),
-            "param_write": In(PARAM_WRITE_LAYOUT),
-            "i": In(stream.Signature(self.in_layout)),
-            "o": Out(stream.Signature(self.out_layout)),
-            "busy": Out(1),
-        })
+        super().__init__(ActivationSignature(cfg, tag_shape))
+        self.in_layout = self.i.payload.shape()
+        self.out_layout = self.o.payload.shape()
+        self.latency = self.latency_for(cfg)
 
-    @property
-    def latency(self):
-        return activation_latency(self._cfg)
+    @staticmethod
+    def latency_for(cfg):
+        """Cycles from a row entering the unit to its result: ``cols * (activation_steps
+        + 37) + 1``."""
+        return cfg.cols * (cfg.activation_steps + 37) + 1
+
+    def admits(self, in_flight):
+        """Whether a row may start on its way to the unit (read from the accumulators)
+        while others are (``in_flight``): only when none is and the unit is empty, as it
+        takes a row only then."""
+        return ~in_flight & self.i.ready
 
     def elaborate(self, platform):
         cfg = self._cfg
@@ -118,6 +118,8 @@ class SerialActivationUnit(wiring.Component):
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         load_row = self.i.valid & self.i.ready
+        # (A row's last lane ends ``running`` and sets ``o.valid`` in the same cycle.)
+        m.d.comb += self.busy_next.eq(load_row | running | (self.o.valid & ~self.o.ready))
         with m.If(load_row):
             m.d.sync += [running.eq(1),
                          tag.eq(self.i.payload.tag), lane.eq(0), phase.eq(READ_BIAS)]

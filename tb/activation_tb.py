@@ -5,7 +5,8 @@ import random
 
 import numpy as np
 
-from ..hw.activation import PARAM_WRITE_LAYOUT, activation_unit
+from ..hw.activation import PARAM_WRITE_LAYOUT
+from ..hw.activation_units import activation_unit
 from ..sim.activation_model import ActivationParams, requantize
 from .harness import StreamSink, StreamSource, TestbenchError, reference_instance, run_cycles
 from .packing import Codec
@@ -93,7 +94,8 @@ async def check_batches(io, cfg, batches, *, rng, idle=0.0, stall=0.0, check_lat
         sink = StreamSink("o", out_codec, stall=stall,
                           rng=random.Random(int(rng.integers(1 << 31))))
         await run_cycles(io, [source, sink], until=lambda: len(sink.items) == len(items),
-                         max_cycles=100 + (20 + dut.latency) * len(items))
+                         max_cycles=100 + (20 + dut.latency) * len(items),
+                         on_cycle=_busy_ahead_checker(cfg))
         for k, (item, want) in enumerate(zip(sink.items, expected)):
             if not np.array_equal(item["data"], want) or item["tag"] != items[k]["tag"]:
                 raise TestbenchError(
@@ -111,6 +113,19 @@ async def check_batches(io, cfg, batches, *, rng, idle=0.0, stall=0.0, check_lat
             raise TestbenchError(f"[{io.simulator} activation {cfg.name}] back-pressure on "
                                  f"the output never reached the input")
         tag += len(items)
+
+
+def _busy_ahead_checker(cfg):
+    """A check for every cycle that ``busy_next`` said what ``busy`` is one cycle later."""
+    said = {}
+
+    def check(io):
+        busy = io.get("busy")
+        if said and busy != said["busy_next"]:
+            raise TestbenchError(f"[{io.simulator} activation {cfg.name}] busy is {busy} in "
+                                 f"cycle {io.cycle}, busy_next said {said['busy_next']}")
+        said["busy_next"] = io.get("busy_next")
+    return check
 
 
 def _acc_rows(cfg, rng, count):

@@ -111,7 +111,7 @@ class Config:
         from the adder) and the add each have a clock period. The all-lanes activation
         unit's multipliers then keep their operands in such registers too (and with 3
         their products in the fabric too), and its latency grows from 7 to 9 (10)
-        (:func:`~tpuer.hw.activation.activation_latency`). The matrix unit's latency
+        (:func:`~tpuer.hw.activation_units.activation_latency`). The matrix unit's latency
         grows by a cycle (two).
     memory_read_latency : int
         Cycles from a read request to the Unified Buffer or the accumulators to its row. 1
