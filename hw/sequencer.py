@@ -559,13 +559,25 @@ class RegisteredSequencer(Sequencer):
     ARMED = ("halt", "config", "sync", "quick", "dma", "weights", "matmul", "activate")
 
     def _program_memory(self, m):
+        """The instruction memory, each word with its instruction's checks. They are worked
+        out in the cycle of the host's write, and the word is written in the next (from
+        registers, so that no carry chain of the checks ends at the block RAM); so a START
+        must come two cycles after a program write at the earliest (the host interface's
+        come later)."""
         m.submodules.write_checks = write_checks = self.Checks(self._cfg)
         m.d.comb += write_checks.instruction.eq(self.program_write.data)
         m.submodules.program = program = ProgramMemory(
             self._cfg.program_depth, registered_output=True, extra_bits=self.STORED_BITS)
-        m.d.comb += [program.write_addr.eq(self.program_write.addr),
-                     program.write_data.eq(Cat(self.program_write.data, write_checks.verdicts)),
-                     program.write_en.eq(self.program_write.en &
+        write_addr = Signal.like(self.program_write.addr, name="program_write_at",
+                                 reset_less=True)
+        write_word = Signal(INSTRUCTION_BITS + self.STORED_BITS, name="program_write_word",
+                            reset_less=True)
+        write_pending = Signal(name="program_write_pending")
+        m.d.sync += [write_addr.eq(self.program_write.addr),
+                     write_word.eq(Cat(self.program_write.data, write_checks.verdicts)),
+                     write_pending.eq(self.program_write.en)]
+        m.d.comb += [program.write_addr.eq(write_addr), program.write_data.eq(write_word),
+                     program.write_en.eq(write_pending &
                                          (self.status.state != CoreState.RUNNING)),
                      program.output_en.eq(program.read_en)]
         return program

@@ -551,6 +551,9 @@ def _registered_sequencer(m, dut, elaborated, inside, in_state, instr, is_op, ow
     rows = _memory_rows(m, ram._named_submodules["words"][0], dut._cfg.program_depth)
     m.d.comb += [Assert(stored_right(word))
                  for word in (*rows, read_stage.read_data, program.read_data)]
+    # (and the word on its way into the memory)
+    m.d.comb += Assert(~inside["program_write_pending"] | stored_right(
+        inside["program_write_word"]))
     # ``upcoming`` and its decode, kept as it was filled
     upcoming = inside["upcoming"]
     theirs = decode(upcoming)
