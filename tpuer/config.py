@@ -133,7 +133,10 @@ class Config:
         bytes, its CRC's inputs and its last-word checks, and has a register stage each
         way around the host streams. 0: none of these, for a small FPGA at a slow clock
         (the iCE40UP5K at 24 MHz, where the sequencer's and the host interface's stages
-        alone took 144 logic cells).
+        alone took 144 logic cells). It picks the sequencer's form
+        (:func:`~tpuer.hw.sequencer.sequencer`: ``Sequencer`` or ``RegisteredSequencer``,
+        each built from its parts' matching forms), and a START must then come two cycles
+        after a program write at the earliest.
 
     Raises
     ------
