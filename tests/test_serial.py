@@ -256,7 +256,11 @@ def test_link_fills_a_reply_to_the_limit_and_loses_no_word(gaps, registered):
                 await ctx.tick()
             raise AssertionError(f"no reply to request {seq}")
 
-        for seq in range(4):
+        # Four exchanges, and more while no word has come yet: with gaps a reply holds
+        # only the words that reached the link by then, which may be none, four times over.
+        for seq in range(32):
+            if seq >= 4 and any(replies):
+                break
             words = await exchange(seq, new_session=seq == 0)
             assert await exchange(seq) == words, "a retransmission got other words"
             replies.append(words)
@@ -267,7 +271,7 @@ def test_link_fills_a_reply_to_the_limit_and_loses_no_word(gaps, registered):
     sim.add_testbench(line, background=True)
     sim.add_testbench(host)
     sim.run()
-    assert len(replies) == 4, "the host did not get its four replies"
+    assert len(replies) >= 4, "the host did not get its four replies"
     assert all(len(words) <= MAX_REPLY_WORDS for words in replies)
     if not gaps:
         assert [len(words) for words in replies] == [MAX_REPLY_WORDS] * 4
