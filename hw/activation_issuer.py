@@ -76,14 +76,15 @@ class ActivationIssuer(wiring.Component):
             req = self.request.payload
             acc_addr, ub_addr = req.acc_addr[:row_bits], req.ub_addr[:row_bits]
             new_high = req.ub_end[:row_bits]
-            m.d.sync += [self.activation.busy.eq(req.count != 0), self.activation.acc_low.eq(acc_addr),
-                         self.activation.acc_high.eq(req.acc_end[:row_bits]), acc_row.eq(acc_addr),
+            view = self.activation
+            m.d.sync += [view.busy.eq(req.count != 0), view.acc_low.eq(acc_addr),
+                         view.acc_high.eq(req.acc_end[:row_bits]), acc_row.eq(acc_addr),
                          ub_row.eq(ub_addr), last.eq(req.count == 1)]
             with m.If(self.draining):
                 # Rows of the ACTIVATE before are still on their way: cover both.
-                m.d.sync += [self.activation.ub_low.eq(Mux(ub_addr < self.activation.ub_low, ub_addr, self.activation.ub_low)),
-                             self.activation.ub_high.eq(Mux(new_high > self.activation.ub_high, new_high,
-                                                 self.activation.ub_high))]
+                m.d.sync += [view.ub_low.eq(Mux(ub_addr < view.ub_low, ub_addr, view.ub_low)),
+                             view.ub_high.eq(Mux(new_high > view.ub_high, new_high,
+                                                 view.ub_high))]
             with m.Else():
-                m.d.sync += [self.activation.ub_low.eq(ub_addr), self.activation.ub_high.eq(new_high)]
+                m.d.sync += [view.ub_low.eq(ub_addr), view.ub_high.eq(new_high)]
         return m

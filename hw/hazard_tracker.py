@@ -69,6 +69,12 @@ class HazardTracker(wiring.Component):
         start, end = (value[:row_bits] for value in rows)
         return (low[:row_bits] < end) & (start < high[:row_bits])
 
+    def _next_rows(self):
+        """The upcoming instruction's row ranges, ``a...`` and ``b...``, as ``(start,
+        end)``."""
+        upcoming = self.upcoming
+        return {"a": (upcoming.instr.a, upcoming.a_end), "b": (upcoming.instr.b, upcoming.b_end)}
+
     def _handed(self):
         """Whether the instruction under way is handed over as it retires: a host transfer,
         an ACTIVATE."""
@@ -83,7 +89,7 @@ class HazardTracker(wiring.Component):
         will write: the ones under way, and the current ACTIVATE's if it is handed over
         (merged with them while the activation unit still drains)."""
         row_bits = self._cfg.row_bits
-        current, upcoming = self.current, self.upcoming
+        current = self.current
         ub_low = self.activation.ub_low[:row_bits]
         ub_high = self.activation.ub_high[:row_bits]
         new_low, new_high = current.instr.b[:row_bits], current.b_end[:row_bits]
@@ -91,7 +97,7 @@ class HazardTracker(wiring.Component):
                   Mux(new_high > ub_high, new_high, ub_high))
         ub_next = (Mux(handed_activate, Mux(self.activate_busy, merged[0], new_low), ub_low),
                    Mux(handed_activate, Mux(self.activate_busy, merged[1], new_high), ub_high))
-        return self._overlaps((upcoming.instr.a, upcoming.a_end), *ub_next)
+        return self._overlaps(self._next_rows()["a"], *ub_next)
 
     def _drive(self, m, *, ub_a, acc_b, dma_blocks_matmul, dma_blocks_activate,
                acc_rows_pending, dma_waits):
@@ -116,8 +122,7 @@ class HazardTracker(wiring.Component):
                     Mux(handed_dma, a_end[:row_bits], transfer.high[:row_bits]))
         acc_next = (Mux(handed_activate, a[:row_bits], self.activation.acc_low[:row_bits]),
                     Mux(handed_activate, a_end[:row_bits], self.activation.acc_high[:row_bits]))
-        next_rows = {"a": (upcoming.instr.a, upcoming.a_end),
-                     "b": (upcoming.instr.b, upcoming.b_end)}
+        next_rows = self._next_rows()
         overlap_dma = {"a": Signal(name="ov_dma_a"), "b": Signal(name="ov_dma_b")}
         ub_a, acc_b = Signal(name="ov_ub_a"), Signal(name="ov_acc_b")
         # Which halves of the accumulator memory rows ``a...`` touch.
@@ -169,8 +174,7 @@ class RegisteredHazardTracker(HazardTracker):
         a, a_end = current.instr.a, current.a_end
         handed_dma, handed_activate = self._handed()
         is_op, next_is_op = opcode_bits(current.is_op), opcode_bits(upcoming.is_op)
-        next_rows_a = (upcoming.instr.a, upcoming.a_end)
-        next_rows_b = (upcoming.instr.b, upcoming.b_end)
+        next_rows_a, next_rows_b = self._next_rows().values()
         kind_handed = dma_kind(is_op[Opcode.READ_HOST], current.instr.flags[0], select=Mux)
         # The hazard matrix for the next instruction: a MATMUL's, or else an ACTIVATE's
         # (the only other kind the flag blocks). Only a MATMUL's rows a meet a transfer's:

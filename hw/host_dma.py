@@ -81,13 +81,14 @@ class HostDMA(wiring.Component):
         answered_now = Signal()     # an answer is taken this cycle (sent, or dropped)
         outstanding = Signal(range(host_answer_slots(cfg) + 2))
         dropping = Signal()
-        m.d.comb += [self.request.ready.eq(~self.transfer.busy & ~dropping), self.transfer.low.eq(base),
-                     self.transfer.high.eq(high)]
+        m.d.comb += [self.request.ready.eq(~self.transfer.busy & ~dropping),
+                     self.transfer.low.eq(base), self.transfer.high.eq(high)]
         with m.If(dropping):
             m.d.comb += [self.host_data.ready.eq(1), answered_now.eq(self.host_data.valid)]
         with m.If(self.request.valid & self.request.ready):
             payload = self.request.payload
-            m.d.sync += [self.transfer.busy.eq(payload.count != 0), self.transfer.kind.eq(payload.kind),
+            m.d.sync += [self.transfer.busy.eq(payload.count != 0),
+                         self.transfer.kind.eq(payload.kind),
                          base.eq(payload.addr[:row_bits]), count.eq(payload.count[:row_bits]),
                          high.eq(payload.addr[:row_bits] + payload.count[:row_bits]),
                          next_row.eq(payload.addr[:row_bits]), answered.eq(0),

@@ -262,8 +262,8 @@ class HostInterface(wiring.Component):
         # the row's lanes sits before the reply stream's buffer: a word every other cycle.
         reply = Signal(32)
         settled = Signal()
-        status_words = [_state_word(self.status) if name == "state_word" else getattr(self.status, name)
-                        for name in STATUS_FIELDS]
+        status_words = [_state_word(self.status) if name == "state_word"
+                        else getattr(self.status, name) for name in STATUS_FIELDS]
         status_now = status_words
         row = self.host_out.payload
         if fast:
@@ -351,7 +351,8 @@ class HostInterface(wiring.Component):
 
 def _state_word(interface):
     """The state word (:data:`~tpuer.protocol.STATUS_STATE_LAYOUT`) from the members of
-    ``interface`` (a :class:`~tpuer.hw.sequencer.Status`) named as its fields: each at its offset, the gaps between them 0."""
+    ``interface`` (a :class:`~tpuer.hw.sequencer.Status`) named as its fields: each at its
+    offset, the gaps between them 0."""
     parts, end = [], 0
     for name, field in STATUS_STATE_LAYOUT:
         value = getattr(interface, name).as_value()

@@ -199,7 +199,7 @@ class Sequencer(wiring.Component):
                      "b_end": checks.b_end, "verdicts": checks.verdicts,
                      "error": checks.error, "bad": checks.bad}
 
-    def _tile_checks(self, m, r):
+    def _tile_checks(self, r):
         """The checks that depend on the tiles in the Weight FIFO, as the next instruction
         is loaded, with the count of tiles it will find: the tiles after this cycle, when
         an instruction retires into the next one (the retiring READ_WEIGHTS adds its count,
@@ -223,7 +223,7 @@ class Sequencer(wiring.Component):
                                 (fetched.count != 0))
         r.fetched_tiles_added = Mux(decoded["is_op"][Opcode.READ_WEIGHTS],
                                     fetched.count[:tile_bits], 0)
-        tiles_then, tile_updates = self._tile_checks(m, r)
+        tiles_then, tile_updates = self._tile_checks(r)
         overflows = decoded["is_op"][Opcode.READ_WEIGHTS] & (
             decoded["verdicts"].many_tiles |
             (tiles_then + fetched.count[:tile_bits] > tiles_held(cfg)))
@@ -350,7 +350,7 @@ class Sequencer(wiring.Component):
                 "matmul": moves & is_op[Opcode.MATMUL],
                 "activate": moves & is_op[Opcode.ACTIVATE]}
 
-    def _retires(self, r, live, handed_over):
+    def _retires(self, r, handed_over):
         """Whether the instruction retires this cycle, as one flat expression of the checks
         and the handshakes, so that the fetch it starts is not at the end of a chain of
         decisions."""
@@ -404,7 +404,7 @@ class Sequencer(wiring.Component):
             "matmul": hazards.matmul_free & self.matmul.ready & r.last_step,
             "activate": hazards.activate_free & self.activate_request.ready}
         retire_now = Signal(name="retire_now")
-        m.d.comb += retire_now.eq(self._retires(r, live, handed_over))
+        m.d.comb += retire_now.eq(self._retires(r, handed_over))
         with m.If(retire_now):
             self._retire(m, r)
 
@@ -483,7 +483,8 @@ class Sequencer(wiring.Component):
             with m.State("Idle"):
                 with m.If(self.control.start):
                     m.d.sync += [r.pc.eq(self.control.start_pc), r.first_row.eq(1),
-                                 r.beyond_end.eq(above(self.control.start_pc, cfg.program_depth - 1)),
+                                 r.beyond_end.eq(above(self.control.start_pc,
+                                                       cfg.program_depth - 1)),
                                  self.status.state.eq(CoreState.RUNNING),
                                  self.status.error.eq(ErrorCode.NONE), self.status.error_pc.eq(0)]
                     m.d.comb += r.counters.clear.eq(1)
@@ -511,7 +512,8 @@ class Sequencer(wiring.Component):
                     m.d.comb += self.dma_cancel.eq(1)
                     self._stop(m, r, CoreState.IDLE)
                 with m.Elif(r.beyond_end):
-                    m.d.sync += [self.status.error.eq(ErrorCode.PROGRAM_END), self.status.error_pc.eq(r.pc)]
+                    m.d.sync += [self.status.error.eq(ErrorCode.PROGRAM_END),
+                                 self.status.error_pc.eq(r.pc)]
                     m.next = "Drain"
                 with m.Elif(r.has_error):
                     m.d.sync += [self.status.error.eq(r.error), self.status.error_pc.eq(r.pc)]
@@ -607,7 +609,7 @@ class RegisteredSequencer(Sequencer):
         with m.If(r.load):
             m.d.sync += r.fill_upcoming
 
-    def _tile_checks(self, m, r):
+    def _tile_checks(self, r):
         """As :meth:`Sequencer._tile_checks`, but the count the tiles will have once the
         instruction under way is done is itself a register (``tiles_after``), made at the
         load: one adder before the checks, not three."""
@@ -645,7 +647,7 @@ class RegisteredSequencer(Sequencer):
     def _dma_claim(self):
         return self.dma_pending
 
-    def _retires(self, r, live, handed_over):
+    def _retires(self, r, handed_over):
         armed = r.armed
         return ~self.control.abort & (
             armed["quick"] | (armed["sync"] & r.all_idle) |
