@@ -117,6 +117,31 @@ class AccumulatorMemory(wiring.Component):
     def depth(self):
         return self._cfg.acc_depth
 
+    def take_results(self, m, mxu):
+        """Joins the write members to a :class:`~tpuer.hw.matrix_unit.MatrixUnit`'s
+        results in module ``m``: its columns as they leave the array with
+        ``skewed_lanes``, else its lined-up ``results`` and ``upcoming``."""
+        if self._skewed_lanes:
+            for j in range(self._cfg.cols):
+                column = mxu.columns[j]
+                m.d.comb += [
+                    self.write_addr[j].eq(column.tag.acc_addr),
+                    self.write_accumulate[j].eq(column.tag.accumulate),
+                    self.write_data[j].eq(column.sum),
+                    self.write_en[j].eq(column.valid),
+                    self.next_write_addr[j].eq(column.next_tag.acc_addr),
+                    self.next_write_en[j].eq(column.next_valid),
+                ]
+            return
+        m.d.comb += [
+            self.write_addr.eq(mxu.results.payload.tag.acc_addr),
+            self.write_accumulate.eq(mxu.results.payload.tag.accumulate),
+            self.write_data.eq(mxu.results.payload.data),
+            self.write_en.eq(mxu.results.valid),
+            self.next_write_addr.eq(mxu.upcoming.tag.acc_addr),
+            self.next_write_en.eq(mxu.upcoming.valid),
+        ]
+
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()

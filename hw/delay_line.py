@@ -2,7 +2,7 @@
 
 from amaranth.hdl import Signal, Value, ValueCastable
 
-__all__ = ["delayed"]
+__all__ = ["delayed", "delayed_with_payload"]
 
 
 def delayed(m, value, cycles, *, name, enable=None, reset_less=False):
@@ -28,3 +28,11 @@ def delayed(m, value, cycles, *, name, enable=None, reset_less=False):
                 m.d.sync += register.eq(line[-1])
         line.append(register)
     return line
+
+
+def delayed_with_payload(m, valid, payload, cycles, *, name):
+    """A valid flag and its payload delayed together: ``[(valid, payload), (valid a cycle
+    ago, payload a cycle ago), ...]``, ``cycles + 1`` pairs (see :func:`delayed`; the
+    payload's registers are ``reset_less`` and named ``{name}_payload_d1``...)."""
+    return list(zip(delayed(m, valid, cycles, name=name),
+                    delayed(m, payload, cycles, name=f"{name}_payload", reset_less=True)))

@@ -5,7 +5,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import END_BITS, DMAKind
-from .datapath import command_layouts, host_answer_slots
+from .datapath import command_layouts
+from .read_ports import host_answer_slots
 
 __all__ = ["HostDMA", "DMA_REQUEST_LAYOUT", "TransferView"]
 

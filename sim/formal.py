@@ -211,42 +211,42 @@ def _stream_buffer(mode):
     return build
 
 
-def _queue(kind, lookahead, depth=3):
+def _queue(kind, depth=3):
     def build():
-        from ..hw.ring_queue import RingQueue
-        from ..hw.shift_queue import ShiftQueue
+        from ..hw import queues
         m = Module()
-        dut = (ShiftQueue if kind == "shift" else RingQueue)(width=8, depth=depth,
-                                                             lookahead=lookahead)
+        dut = getattr(queues, kind)(shape=8, depth=depth)
         m.submodules.dut = elaborated = _elaborated(dut)
         inside = internal_signals(elaborated)
-        w_data, w_en, r_en = Signal(8, name="w_data"), Signal(name="w_en"), Signal(name="r_en")
-        m.d.comb += [dut.w_data.eq(w_data), dut.w_en.eq(w_en), dut.r_en.eq(r_en)]
-        if kind == "shift":
+        i_payload, i_valid = Signal(8, name="i_payload"), Signal(name="i_valid")
+        o_ready = Signal(name="o_ready")
+        m.d.comb += [dut.i.payload.eq(i_payload), dut.i.valid.eq(i_valid),
+                     dut.o.ready.eq(o_ready)]
+        if kind == "ShiftQueue":
             entries = Array(inside[f"entry{k}"] for k in range(depth))
             slot_of = lambda position: entries[position]
         else:
-            if lookahead:
+            if kind == "LookaheadRingQueue":
                 entries = Array(inside[f"entry{k}"] for k in range(depth))
             else:                 # the memory's rows, through read ports of the harness
                 entries = _memory_rows(m, elaborated._named_submodules["entries"][0], depth)
             read_at, write_at = inside["read_at"], inside["write_at"]
             slot_of = lambda position: entries[(read_at + position) % depth]
-        count, inputs = _track(m, write=dut.w_en & dut.w_rdy, w_data=dut.w_data,
-                               read=dut.r_en & dut.r_rdy, r_data=dut.r_data, depth=depth,
-                               nonempty=dut.r_rdy, slot_of=slot_of)
-        m.d.comb += [Assert(dut.level == count), Assert(dut.w_rdy == (count != depth))]
-        if kind == "ring":        # the ring's pointers and its write enables agree
+        count, inputs = _track(m, write=dut.i.valid & dut.i.ready, w_data=dut.i.payload,
+                               read=dut.o.valid & dut.o.ready, r_data=dut.o.payload,
+                               depth=depth, nonempty=dut.o.valid, slot_of=slot_of)
+        m.d.comb += [Assert(dut.level == count), Assert(dut.i.ready == (count != depth))]
+        if kind == "RingQueue":   # the ring's pointers and its write enable agree
+            m.d.comb += Assert(inside["open_slot"] == (count != depth))
+        if kind != "ShiftQueue":
             m.d.comb += [Assert(read_at < depth), Assert(write_at < depth),
                          Assert(write_at == (read_at + count) % depth)]
-            if lookahead:
-                m.d.comb += [
-                    Assert(inside["after_head"] == (read_at + 1) % depth),
-                    Assert(inside["open_slot"] == Mux(count != depth, 1 << write_at, 0)),
-                ]
-            else:
-                m.d.comb += Assert(inside["open_slot"] == (count != depth))
-        return m, [w_data, w_en, r_en, *inputs]
+        if kind == "LookaheadRingQueue":
+            m.d.comb += [
+                Assert(inside["after_head"] == (read_at + 1) % depth),
+                Assert(inside["open_slot"] == Mux(count != depth, 1 << write_at, 0)),
+            ]
+        return m, [i_payload, i_valid, o_ready, *inputs]
     return build
 
 
@@ -601,11 +601,11 @@ PROOFS = {proof.name: proof for proof in [
           text="stream rules kept; every item once, in order"),
     Proof("stream_buffer_half_rate", _stream_buffer("half_rate"),
           text="the same at half rate"),
-    Proof("shift_queue", _queue("shift", False),
-          text="no entry lost, doubled or reordered; level, w_rdy, r_rdy true"),
-    Proof("shift_queue_lookahead", _queue("shift", True), text="the same, lookahead form"),
-    Proof("ring_queue", _queue("ring", False), text="the same, entries in LUT RAM"),
-    Proof("ring_queue_lookahead", _queue("ring", True), text="the same, entries in registers"),
+    Proof("shift_queue", _queue("ShiftQueue"),
+          text="no entry lost, doubled or reordered; level, i.ready, o.valid true"),
+    Proof("ring_queue", _queue("RingQueue"), text="the same, entries in LUT RAM"),
+    Proof("lookahead_ring_queue", _queue("LookaheadRingQueue"),
+          text="the same, entries in registers, with the lookahead members"),
     Proof("link_command_queue", _link_queue(False), depth=6,
           text="the serial link's command queue, whatever the bytes: only committed words "
                "reach the TPU, each once and in order; a frame's words never overrun the "

@@ -22,7 +22,7 @@ What each block contributes (see the RTL for the reasons):
 * weight loader: a row into the shadow weights per cycle until a whole tile waits there;
   a vector flagged ``new_tile`` waits for it (a weight-stall cycle);
 * datapath: the UB read (``memory_read_latency`` cycles) and a feed queue that keeps at
-  most :func:`~tpuer.hw.datapath.feed_slots` rows in flight;
+  most :func:`~tpuer.hw.matmul_feed.feed_slots` rows in flight;
   a row that adds to the accumulator row of a row that entered the matrix unit fewer
   than :func:`~tpuer.hw.accumulators.add_spacing` cycles before waits;
   :func:`~tpuer.hw.matrix_unit.matrix_unit_latency` (``rows + cols + multiply_latency``)
@@ -33,7 +33,7 @@ What each block contributes (see the RTL for the reasons):
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
   one per cycle;
 * host DMA engine and the host read server (an answer queue of
-  :func:`~tpuer.hw.datapath.host_answer_slots` rows for reads of either memory, a row
+  :func:`~tpuer.hw.read_ports.host_answer_slots` rows for reads of either memory, a row
   taken in the cycle counted as room with ``memory_read_latency`` 1), which yields
   the memory ports to the datapath (with ``memory_read_latency`` 2 the UB's for as long
   as a MATMUL is under way, even while its rows wait on a hazard).
@@ -44,7 +44,8 @@ from dataclasses import dataclass
 
 from ..hw.accumulators import add_spacing
 from ..hw.activation_units import activation_latency
-from ..hw.datapath import feed_slots, host_answer_slots
+from ..hw.matmul_feed import feed_slots
+from ..hw.read_ports import host_answer_slots
 from ..hw.matrix_unit import matrix_unit_latency
 from ..hw.sequencer import fetch_fill_cycles
 from ..isa import DMA_HAZARDS, DMAKind, MatmulFlag, Opcode, WriteHostFlag, dma_kind

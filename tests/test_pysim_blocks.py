@@ -167,41 +167,40 @@ def test_stream_buffer_refuses_an_unknown_mode():
         gc.collect()
 
 
-@pytest.mark.parametrize("kind", ["shift", "shift-lookahead", "ring", "ring-lookahead"])
+@pytest.mark.parametrize("kind", ["ShiftQueue", "RingQueue", "LookaheadRingQueue"])
 @pytest.mark.parametrize("depth", [1, 2, 3, 4])
 def test_small_queues_against_a_deque(depth, kind):
     """Random writes and reads, full and empty included, against Python's deque: the head,
     the level and both ready flags every cycle; with ``lookahead``, that the next cycle's
     head (when there is one) is the lookahead member of this cycle's way (read or not)."""
     from collections import deque
-    from tpuer.hw.ring_queue import RingQueue
-    from tpuer.hw.shift_queue import ShiftQueue
+    from tpuer.hw import queues
     from tpuer.tb.harness import TestbenchError
     rng = rng_for("small_queue", kind, depth)
-    lookahead = kind.endswith("-lookahead")
+    lookahead = kind.startswith("Lookahead")
     lookahead_checks = 0
 
     async def bench(io):
         model = deque()
         for cycle in range(600):
-            got = {name: io.get(name) for name in ("level", "r_rdy", "w_rdy")}
-            want = {"level": len(model), "r_rdy": int(bool(model)),
-                    "w_rdy": int(len(model) < depth)}
-            if got != want or (model and io.get("r_data") != model[0]):
-                raise TestbenchError(f"cycle {cycle}: {got}, head {io.get('r_data')}; "
+            got = {name: io.get(name) for name in ("level", "o__valid", "i__ready")}
+            want = {"level": len(model), "o__valid": int(bool(model)),
+                    "i__ready": int(len(model) < depth)}
+            if got != want or (model and io.get("o__payload") != model[0]):
+                raise TestbenchError(f"cycle {cycle}: {got}, head {io.get('o__payload')}; "
                                      f"expected {want}, head {model[0] if model else None}")
             w_en, r_en = int(rng.random() < 0.55), int(rng.random() < 0.5)
             word = int(rng.integers(0, 1 << 12))
-            io.set("w_en", w_en)
-            io.set("w_data", word)
-            io.set("r_en", r_en)
+            io.set("i__valid", w_en)
+            io.set("i__payload", word)
+            io.set("o__ready", r_en)
             read = bool(r_en and model)
             if lookahead:
                 predicted = io.get("next_if_read" if read else "next_if_kept")
             await io.tick()
             if read:
                 model.popleft()
-            if w_en and got["w_rdy"]:
+            if w_en and got["i__ready"]:
                 model.append(word)
             if lookahead and model:
                 nonlocal lookahead_checks
@@ -211,9 +210,6 @@ def test_small_queues_against_a_deque(depth, kind):
                         f"cycle {cycle}: the lookahead ({'read' if read else 'kept'}) said "
                         f"{predicted}, the head is {model[0]}")
 
-    if kind.startswith("ring"):
-        queue = RingQueue(width=12, depth=depth, lookahead=lookahead)
-    else:
-        queue = ShiftQueue(width=12, depth=depth, lookahead=lookahead)
+    queue = getattr(queues, kind)(shape=12, depth=depth)
     assert run_pysim(queue, bench) > 0
     assert lookahead_checks > 200 or not lookahead
