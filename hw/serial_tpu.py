@@ -4,7 +4,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .serial_link import SerialLink
+from .serial_link import SerialLink, serial_link
 from .stream_buffer import StreamBuffer
 from .tpu import TPU
 from .uart import UARTReceiver, UARTTransmitter, check_divisor
@@ -33,9 +33,8 @@ class SerialTPU(wiring.Component):
         fast = bool(self._cfg.control_registers)
         m.submodules.receiver = receiver = UARTReceiver(self._divisor)
         m.submodules.transmitter = transmitter = UARTTransmitter(self._divisor)
-        m.submodules.link = link = SerialLink(
-            byte_timeout=SerialLink.byte_timeout_for(self._divisor),
-            registered_crc=fast)
+        m.submodules.link = link = serial_link(
+            self._cfg, byte_timeout=SerialLink.byte_timeout_for(self._divisor))
         m.submodules.tpu = tpu = TPU(self._cfg)
         if fast:
             # The received bytes go into the link from a register, so that the receiver's

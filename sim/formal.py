@@ -331,14 +331,17 @@ def _weight_fifo():
 
 def _link_queue(registered):
     def build():
-        from ..hw.serial_link import SerialLink
+        from ..hw import serial_link
         depth, modulus = 4, 8                 # queue words; the pointers count modulo 8
         m = Module()
-        dut = SerialLink(byte_timeout=3, registered_crc=registered, queue_words=depth)
+        kind = serial_link.RegisteredSerialLink if registered else serial_link.SerialLink
+        dut = kind(byte_timeout=3, queue_words=depth)
         m.submodules.dut = elaborated = _elaborated(dut)
         inside = internal_signals(elaborated)
-        queue = elaborated._named_submodules["queue"][0]
-        ram = _inner(elaborated, "queue")
+        queue_module = _inner(elaborated, "queue")
+        queue_inside = internal_signals(queue_module)
+        queue = queue_module._named_submodules["words"][0]
+        ram = _inner(queue_module, "words")
         rows = _memory_rows(m, ram._named_submodules["words"][0], depth)
         inputs = {name: Signal(len(signal), name=name) for name, signal in [
             ("rx_valid", dut.rx_bytes.valid), ("rx_byte", dut.rx_bytes.payload.data),
@@ -352,14 +355,15 @@ def _link_queue(registered):
                      dut.cmd.ready.eq(inputs["cmd_ready"]),
                      dut.rsp.valid.eq(inputs["rsp_valid"]),
                      dut.rsp.payload.eq(inputs["rsp_payload"])]
-        head, committed, tail = inside["head"], inside["committed"], inside["tail"]
+        head, committed = queue_inside["head"], queue_inside["committed"]
+        tail = queue_inside["tail"]
         distance = lambda a, b: (a - b)[:3]          # b to a, modulo 8
         take = dut.cmd.valid & dut.cmd.ready
         # The queue's pointers: committed words lie between head and tail, at most depth.
         m.d.comb += [Assert(distance(tail, head) <= depth),
                      Assert(distance(committed, head) <= distance(tail, head)),
                      Assert(~dut.cmd.valid | (head != committed)),
-                     Assert(~(inside["head_valid"] & (head != committed)) |
+                     Assert(~(queue_inside["head_valid"] & (head != committed)) |
                             (queue.read_data == rows[head[:2]]))]
         # A frame's words go in at tail, which runs ahead of committed only while a frame
         # that may be taken is under way, by the words received, and never past the room

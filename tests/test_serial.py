@@ -214,8 +214,8 @@ def test_link_fills_a_reply_to_the_limit_and_loses_no_word(gaps, registered):
     MAX_REPLY_WORDS words, a full one exactly that many, a retransmission the same words,
     and every word arrives once, in order. (Registered, the link's bytes and CRC come
     from registers that must hold each byte before it is offered.)"""
-    from tpuer.hw.serial_link import SerialLink
-    link = SerialLink(byte_timeout=1000, registered_crc=registered)
+    from tpuer.hw.serial_link import RegisteredSerialLink, SerialLink
+    link = (RegisteredSerialLink if registered else SerialLink)(byte_timeout=1000)
     rng = random.Random(seed())
     replies = []
 
