@@ -1,7 +1,7 @@
 """An adder that passes one of its operands through instead when told, at the cost of the
 adder alone."""
 
-from amaranth.hdl import Cat, Const, Instance, Mux, Signal, Value
+from amaranth.hdl import Const, Instance, Mux, Signal, Value
 
 from .targets import is_ice40
 

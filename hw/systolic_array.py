@@ -1,6 +1,6 @@
 """A rows x cols grid of processing elements, weight-stationary."""
 
-from amaranth.hdl import Module, Signal, signed
+from amaranth.hdl import Module, signed
 from amaranth.utils import ceil_log2
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
