@@ -4,8 +4,9 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import (ALL_LANES, DEFINED_FLAGS, INSTRUCTION_LAYOUT, RANGE_CHECKS, ErrorCode,
-                   Opcode, WriteHostFlag, config_ranges, memory_depths, tiles_held)
+from ..isa import (DEFINED_FLAGS, INSTRUCTION_LAYOUT, RANGE_CHECKS, ErrorCode,
+                   Opcode, WriteHostFlag, config_lane_bad, config_ranges, memory_depths,
+                   tiles_held)
 from .arith import above, any_of, outside
 
 __all__ = ["InstructionChecks", "OPCODE_LAYOUT", "VERDICTS_LAYOUT", "CHECKS", "judge",
@@ -116,7 +117,7 @@ class InstructionChecks(wiring.Component):
                 with m.Case(int(p)):
                     m.d.comb += config_out_of_range.eq(outside(value, low, high))
         fails = [range_check(check) for checks in RANGE_CHECKS.values() for check in checks]
-        fails.append(((n != ALL_LANES) & above(n, cfg.cols - 1)) | config_out_of_range)
+        fails.append(config_lane_bad(n, cfg, greater=above) | config_out_of_range)
         bad_flags = ((is_op[Opcode.CONFIG] & (flags > DEFINED_FLAGS[Opcode.CONFIG])) |
                      (~is_op[Opcode.CONFIG] & ((flags & ~defined_flags) != 0)))
         m.d.comb += [

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..isa import (ALL_LANES, CONFIG_DEFAULTS, DEFINED_FLAGS, RANGE_CHECKS, STATE_CHECKS,
                    ConfigParam, CoreState, ErrorCode, Instruction, MatmulFlag, Opcode,
-                   WriteHostFlag, config_ranges, memory_depths, tiles_held)
+                   WriteHostFlag, config_lane_bad, config_ranges, memory_depths, tiles_held)
 from .accumulator_model import AccumulatorModel
 from .activation_model import ActivationParams, requantize
 from .numerics import check_range
@@ -156,7 +156,7 @@ class CoreModel:
         if op is Opcode.CONFIG:
             lane, value = instr.count, instr.value
             low, high = config_ranges(cfg)[ConfigParam(instr.flags)]
-            if (lane != ALL_LANES and lane >= cfg.cols) or not low <= value <= high:
+            if config_lane_bad(lane, cfg) or not low <= value <= high:
                 return ErrorCode.BAD_CONFIG
         return ErrorCode.NONE
 

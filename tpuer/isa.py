@@ -27,7 +27,7 @@ __all__ = ["Opcode", "MatmulFlag", "WriteHostFlag", "ConfigParam", "ErrorCode",
            "ALL_LANES",
            "CoreState", "OPERANDS", "DEFINED_FLAGS", "CONFIG_DEFAULTS", "DMAKind", "dma_kind",
            "RangeCheck", "RANGE_CHECKS", "STATE_CHECKS", "DMA_HAZARDS", "memory_depths",
-           "config_ranges", "tiles_held"]
+           "config_lane_bad", "config_ranges", "tiles_held"]
 
 
 class Opcode(enum.Enum, shape=unsigned(4)):
@@ -201,6 +201,13 @@ class RangeCheck:
 def memory_depths(cfg):
     """The size of each memory that :class:`RangeCheck` names, in its rows or tiles."""
     return {"ub": cfg.ub_depth, "acc": cfg.acc_depth, "weights": cfg.weight_tiles}
+
+
+def config_lane_bad(lane, cfg, *, greater=lambda value, limit: value > limit):
+    """Whether ``lane`` is no CONFIG lane of ``cfg``: neither :data:`ALL_LANES` nor below
+    ``cfg.cols`` (``BAD_CONFIG``). For an int, or for an Amaranth value with ``greater`` a
+    comparison against a constant that makes logic (the RTL's ``arith.above``)."""
+    return (lane != ALL_LANES) & greater(lane, cfg.cols - 1)
 
 
 def config_ranges(cfg):
