@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .activation_issuer import ActivationIssuer
 from .datapath import Datapath
-from .host_dma import DMA_REQUEST_LAYOUT, HostDMA
+from .host_dma import DMA_REQUEST_LAYOUT, host_dma
 from .sequencer import ProgramWrite, RunControl, Status, sequencer
 from .weight_reader import WeightReader, WeightWrite
 
@@ -49,7 +49,7 @@ class Core(wiring.Component):
         m.submodules.sequencer = seq = sequencer(cfg)
         m.submodules.datapath = dp = Datapath(cfg)
         m.submodules.weight_reader = reader = WeightReader(cfg)
-        m.submodules.host_dma = dma = HostDMA(cfg)
+        m.submodules.host_dma = dma = host_dma(cfg)
 
         m.submodules.activation_issuer = issuer = ActivationIssuer(cfg)
         wiring.connect(m, seq.matmul, dp.matmul)

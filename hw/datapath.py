@@ -10,7 +10,7 @@ from .activation import PARAM_WRITE_LAYOUT, ActivationUnit
 from .activation_path import activation_path
 from .activation_units import activation_latency
 from .matmul_feed import matmul_feed
-from .matrix_unit import MatrixUnit, matrix_unit_latency
+from .matrix_unit import matrix_unit, matrix_unit_latency
 from .read_ports import read_ports
 from .targets import is_ice40
 from .unified_buffer import UnifiedBuffer
@@ -146,7 +146,7 @@ class Datapath(wiring.Component):
         m = Module()
         tag = data.StructLayout({"acc_addr": cfg.acc_addr_width, "accumulate": 1})
         m.submodules.ub = ub = UnifiedBuffer(cfg)
-        m.submodules.mxu = mxu = MatrixUnit(cfg, tag_shape=tag)
+        m.submodules.mxu = mxu = matrix_unit(cfg, tag_shape=tag)
         # On an iCE40 each accumulator lane is written as its column leaves the array, so
         # that no de-skew registers line the columns up.
         m.submodules.acc = acc = AccumulatorMemory(cfg, skewed_lanes=is_ice40(platform))

@@ -40,12 +40,12 @@ def blocks():
     from .core import Core
     from .tpu import TPU
     from .datapath import Datapath
-    from .matrix_unit import MatrixUnit
+    from .matrix_unit import matrix_unit
     from .systolic_array import SystolicArray
     from .unified_buffer import UnifiedBuffer
     from .weight_fifo import WeightFIFO
     return {
-        "matrix_unit": MatrixUnit,
+        "matrix_unit": matrix_unit,
         "systolic_array": SystolicArray,
         "weight_fifo": WeightFIFO,
         "unified_buffer": UnifiedBuffer,

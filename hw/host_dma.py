@@ -8,7 +8,7 @@ from ..isa import END_BITS, DMAKind
 from .datapath import command_layouts
 from .read_ports import host_answer_slots
 
-__all__ = ["HostDMA", "DMA_REQUEST_LAYOUT", "TransferView"]
+__all__ = ["HostDMA", "RegisteredHostDMA", "host_dma", "DMA_REQUEST_LAYOUT", "TransferView"]
 
 #: A transfer request, as the sequencer sends it.
 DMA_REQUEST_LAYOUT = data.StructLayout({"kind": DMAKind, "addr": 16, "count": 16})
@@ -112,16 +112,7 @@ class HostDMA(wiring.Component):
         m.d.comb += [self.host_read.payload.acc.eq(self.transfer.kind == DMAKind.WRITE_ACC),
                      self.host_read.payload.addr.eq(next_row),
                      self.host_out.payload.eq(self.host_data.payload)]
-        # Rows left to read: with ``cfg.control_registers`` a register of its own, so that
-        # no comparator sits before the read request and the memory's enable.
-        if cfg.control_registers:
-            reads_left = Signal()
-            with m.If(self.request.valid & self.request.ready):
-                m.d.sync += reads_left.eq(self.request.payload.count != 0)
-            with m.Elif(issued_now):
-                m.d.sync += reads_left.eq(next_row + 1 != high)
-        else:
-            reads_left = next_row != high
+        reads_left = self._reads_left(m, next_row, high, issued_now)
         with m.If(self.transfer.busy & (self.transfer.kind != DMAKind.READ_HOST)):
             with m.If(reads_left):
                 m.d.comb += self.host_read.valid.eq(1)
@@ -149,3 +140,27 @@ class HostDMA(wiring.Component):
             with m.If(self.transfer.kind != DMAKind.READ_HOST):
                 m.d.sync += dropping.eq(~none_left)
         return m
+
+    def _reads_left(self, m, next_row, high, issued_now):
+        """Rows are left to read: a comparison."""
+        return next_row != high
+
+
+class RegisteredHostDMA(HostDMA):
+    """A :class:`HostDMA` for fast clocks (``cfg.control_registers`` 1): whether rows are
+    left to read is a register of its own, so that no comparator sits before the read
+    request and the memory's enable."""
+
+    def _reads_left(self, m, next_row, high, issued_now):
+        reads_left = Signal()
+        with m.If(self.request.valid & self.request.ready):
+            m.d.sync += reads_left.eq(self.request.payload.count != 0)
+        with m.Elif(issued_now):
+            m.d.sync += reads_left.eq(next_row + 1 != high)
+        return reads_left
+
+
+def host_dma(cfg):
+    """The DMA engine ``cfg`` asks for: :class:`RegisteredHostDMA` with
+    ``cfg.control_registers``, else :class:`HostDMA`."""
+    return (RegisteredHostDMA if cfg.control_registers else HostDMA)(cfg)

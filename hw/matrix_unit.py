@@ -10,7 +10,7 @@ from .delay_line import delayed
 from .systolic_array import SystolicArray
 from .weight_fifo import WeightFIFO
 
-__all__ = ["MatrixUnit", "matrix_unit_latency"]
+__all__ = ["MatrixUnit", "RegisteredMatrixUnit", "matrix_unit", "matrix_unit_latency"]
 
 
 def matrix_unit_latency(cfg):
@@ -55,8 +55,8 @@ class MatrixUnit(wiring.Component):
     tile_ready : Out(1)
         A complete tile waits in the shadow weights.
     busy : Out(1)
-        Some accepted vector has not yet left on ``results`` (with
-        ``cfg.control_registers`` a register, of the same value).
+        Some accepted vector has not yet left on ``results`` (in
+        :class:`RegisteredMatrixUnit` a register, of the same value).
     upcoming : Out(StructLayout({"valid", "tag"}))
         What ``results.valid`` and ``results.payload.tag`` will be in the next cycle (so
         that the accumulator memory can read the row a result adds to a cycle ahead).
@@ -128,19 +128,9 @@ class MatrixUnit(wiring.Component):
             loading.eq(weight_fifo.r.valid & may_load),
             weight_fifo.r.ready.eq(may_load),
         ]
-        # With ``cfg.control_registers`` (and more than one row) the row goes into the
-        # array's shadow weights a cycle later, from a register: the decision to load
-        # (which waits for the switch, so for the vector's handshake) then reaches a
-        # register, not the enables of every shadow weight. That is still in time: the
-        # switch that takes the tile reaches row ``i`` ``i`` cycles after row 0 and comes
-        # a cycle after the last row is loaded at the soonest, so each row's write lands
-        # ``rows - 1 >= 1`` cycles before it (``rows`` in the direct form); and a row is
-        # loaded no sooner than the switch before it reaches its cells, which a later
-        # write cannot overtake.
         weight_bus = (array.weight_row, array.weight_index, array.weight_valid)
         loaded = (weight_fifo.r.payload, load_index, loading)
-        registered_bus = bool(cfg.control_registers) and cfg.rows > 1
-        bus_domain = m.d.sync if registered_bus else m.d.comb
+        bus_domain = self._weight_bus_domain(m)
         bus_domain += [port.eq(value) for port, value in zip(weight_bus, loaded)]
         last_row = loading & (load_index == cfg.rows - 1)
         with m.If(loading):
@@ -189,12 +179,46 @@ class MatrixUnit(wiring.Component):
             self.results.payload.data.eq(deskew.o),
             self.results.payload.tag.eq(tag),
         ]
-        if cfg.control_registers:
-            # A register set a cycle ahead (a vector enters, or one inside moves on), so
-            # that the sequencer's wait for an idle datapath does not start from an OR of
-            # every stage.
-            m.d.sync += self.busy.eq((self.rows.valid & self.rows.ready) |
-                                     Cat(*in_flight[:-1]).any())
-        else:
-            m.d.comb += self.busy.eq(Cat(*in_flight).any())
+        self._busy(m, in_flight)
         return m
+
+    def _weight_bus_domain(self, m):
+        """The domain of the weight rows into the array's shadow weights: as loaded."""
+        return m.d.comb
+
+    def _busy(self, m, in_flight):
+        """``busy`` from the stages' flags."""
+        m.d.comb += self.busy.eq(Cat(*in_flight).any())
+
+
+class RegisteredMatrixUnit(MatrixUnit):
+    """A :class:`MatrixUnit` for fast clocks (``cfg.control_registers`` 1).
+
+    With more than one row, a weight row goes into the array's shadow weights a cycle
+    later, from a register: the decision to load (which waits for the switch, so for the
+    vector's handshake) then reaches a register, not the enables of every shadow weight.
+    That is still in time: the switch that takes the tile reaches row ``i`` ``i`` cycles
+    after row 0 and comes a cycle after the last row is loaded at the soonest, so each
+    row's write lands ``rows - 1 >= 1`` cycles before it (``rows`` in the direct form); and
+    a row is loaded no sooner than the switch before it reaches its cells, which a later
+    write cannot overtake. ``busy`` is a register set a cycle ahead (a vector enters, or
+    one inside moves on), so that the sequencer's wait for an idle datapath does not start
+    from an OR of every stage.
+
+    Latency: as :class:`MatrixUnit`'s.
+    """
+
+    def _weight_bus_domain(self, m):
+        # (A single row has no cycle to spare.)
+        return m.d.sync if self._cfg.rows > 1 else m.d.comb
+
+    def _busy(self, m, in_flight):
+        m.d.sync += self.busy.eq((self.rows.valid & self.rows.ready) |
+                                 Cat(*in_flight[:-1]).any())
+
+
+def matrix_unit(cfg, *, tag_shape=unsigned(16)):
+    """The matrix unit ``cfg`` asks for: :class:`RegisteredMatrixUnit` with
+    ``cfg.control_registers``, else :class:`MatrixUnit`."""
+    return (RegisteredMatrixUnit if cfg.control_registers else MatrixUnit)(
+        cfg, tag_shape=tag_shape)

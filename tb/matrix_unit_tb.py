@@ -5,7 +5,7 @@ import random
 
 import numpy as np
 
-from ..hw.matrix_unit import MatrixUnit, matrix_unit_latency
+from ..hw.matrix_unit import matrix_unit, matrix_unit_latency
 from ..sim.matrix_unit_model import MatrixUnitModel
 from .harness import StreamSink, StreamSource, TestbenchError, reference_instance, run_cycles
 from .packing import Codec
@@ -52,7 +52,7 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
     dict receives the result rows and the cycles of the first and last one.
     Returns a dict of measured figures.
     """
-    dut = reference_instance(MatrixUnit(cfg))
+    dut = reference_instance(matrix_unit(cfg))
     model = MatrixUnitModel(cfg)
     weights, vectors, expected = [], [], []
     lo, hi = cfg.operand_min, cfg.operand_max + 1

@@ -66,10 +66,10 @@ def test_matrix_unit_with_products_in_sb_mac16(cfg, tmp_path):
     (8x8 mode) and the Weight FIFO in block RAM, on Icarus with Yosys's models of the
     primitives, against the golden model."""
     from amaranth_boards.icebreaker import ICEBreakerPlatform
-    from tpuer.hw.matrix_unit import MatrixUnit
+    from tpuer.hw.matrix_unit import matrix_unit
     require_simulator("icarus")
     platform = ICEBreakerPlatform()
-    component = MatrixUnit(cfg)
+    component = matrix_unit(cfg)
     verilog = backend.to_verilog(component, platform=platform)
     assert verilog.count("SB_MAC16 ") == (cfg.rows * cfg.cols + 1) // 2
     built = backend.build("matrix_unit", cfg, "icarus", component=component, platform=platform,
