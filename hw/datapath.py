@@ -24,6 +24,8 @@ def command_layouts(cfg):
     return {
         "matmul": data.StructLayout({"ub_addr": ub_addr, "acc_addr": acc_addr,
                                      "accumulate": 1, "new_tile": 1}),
+        # What travels beside a matmul row through the matrix unit.
+        "matmul_tag": data.StructLayout({"acc_addr": acc_addr, "accumulate": 1}),
         "activate": data.StructLayout({"acc_addr": acc_addr, "ub_addr": ub_addr}),
         "host_write": data.StructLayout({
             "addr": ub_addr, "data": data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes),
@@ -144,7 +146,7 @@ class Datapath(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        tag = data.StructLayout({"acc_addr": cfg.acc_addr_width, "accumulate": 1})
+        tag = command_layouts(cfg)["matmul_tag"]
         m.submodules.ub = ub = UnifiedBuffer(cfg)
         m.submodules.mxu = mxu = matrix_unit(cfg, tag_shape=tag)
         # On an iCE40 each accumulator lane is written as its column leaves the array, so
