@@ -5,7 +5,7 @@ from amaranth.build import ResourceError
 from amaranth.hdl import Elaboratable, Module, Signal
 from amaranth.lib import io
 
-from ..hw.serial_tpu import SerialTPU
+from ..hw.serial_tpu import serial_tpu
 from .pll import add_pll_domain, ecp5_pll, ice40_pll
 
 __all__ = ["BoardTop", "board_pll", "add_board_clock"]
@@ -52,7 +52,7 @@ class BoardTop(Elaboratable):
                                                 platform.lookup("uart", 0).ios})
         m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
         m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
-        m.submodules.tpu = tpu = SerialTPU(self.cfg, divisor=board.divisor)
+        m.submodules.tpu = tpu = serial_tpu(self.cfg, divisor=board.divisor)
         m.d.comb += [tpu.rx.eq(rx.i), tx.o.eq(tpu.tx)]
 
         try:

@@ -4,7 +4,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["StreamBuffer"]
+__all__ = ["StreamBuffer", "HalfRateStreamBuffer"]
 
 
 class StreamBuffer(wiring.Component):
@@ -12,36 +12,16 @@ class StreamBuffer(wiring.Component):
     come from registers and ``i.ready`` too (a second, skid register holds the item that
     arrives in the cycle ``o`` stalls), so no combinational path crosses the buffer.
 
-    ``mode`` chooses how:
-
-    * ``"skid"`` (the default): as above;
-    * ``"half_rate"``: no skid register, and yet both paths are cut: ``i.ready`` is
-      high only while ``o`` holds nothing, so an item passes at most every other cycle (for
-      a stream much slower than the clock, such as a UART's).
-
-    Latency: 1 cycle; one item per cycle when ``o`` is always ready (every other cycle at
-    half rate); holds two items (one at half rate).
+    Latency: 1 cycle; one item per cycle when ``o`` is always ready; holds two items.
     """
 
-    MODES = ("skid", "half_rate")
-
-    def __init__(self, shape, *, mode="skid"):
-        if mode not in self.MODES:
-            raise ValueError(f"mode must be one of {', '.join(self.MODES)}, not {mode!r}")
+    def __init__(self, shape):
         self._shape = shape
-        self._mode = mode
         super().__init__({"i": In(stream.Signature(shape)),
                           "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()
-        if self._mode == "half_rate":
-            m.d.comb += self.i.ready.eq(~self.o.valid)
-            with m.If(self.o.ready):
-                m.d.sync += self.o.valid.eq(0)
-            with m.If(self.i.valid & ~self.o.valid):
-                m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(1)]
-            return m
         skid = Signal.like(self.o.payload)
         skid_valid = Signal()
         m.d.comb += self.i.ready.eq(~skid_valid)
@@ -56,4 +36,22 @@ class StreamBuffer(wiring.Component):
                 m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
         with m.Elif(self.i.valid & self.i.ready):
             m.d.sync += skid_valid.eq(1)
+        return m
+
+
+class HalfRateStreamBuffer(StreamBuffer):
+    """A :class:`StreamBuffer` without the skid register that yet cuts both paths:
+    ``i.ready`` is high only while ``o`` holds nothing, so an item passes at most every
+    other cycle (for a stream much slower than the clock, such as a UART's).
+
+    Latency: 1 cycle; an item every other cycle at most; holds one item.
+    """
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.i.ready.eq(~self.o.valid)
+        with m.If(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        with m.If(self.i.valid & ~self.o.valid):
+            m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(1)]
         return m

@@ -179,9 +179,9 @@ def _saturating_add(registered):
 
 def _stream_buffer(mode):
     def build():
-        from ..hw.stream_buffer import StreamBuffer
+        from ..hw.stream_buffer import HalfRateStreamBuffer, StreamBuffer
         m = Module()
-        dut = StreamBuffer(8, mode=mode)
+        dut = (HalfRateStreamBuffer if mode == "half_rate" else StreamBuffer)(8)
         m.submodules.dut = elaborated = _elaborated(dut)
         inside = internal_signals(elaborated)
         i_valid, i_payload, o_ready = (Signal(name="i_valid"), Signal(8, name="i_payload"),

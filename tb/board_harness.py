@@ -6,7 +6,7 @@ from amaranth.hdl import Module
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..hw.serial_tpu import SerialTPU
+from ..hw.serial_tpu import serial_tpu
 from ..hw.uart import UARTReceiver, UARTTransmitter
 
 __all__ = ["BoardHarness", "HOST_BYTE_LAYOUT"]
@@ -36,7 +36,7 @@ class BoardHarness(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.board = board = SerialTPU(self._cfg, divisor=self._divisor)
+        m.submodules.board = board = serial_tpu(self._cfg, divisor=self._divisor)
         m.submodules.host_uart_tx = tx = UARTTransmitter(self._divisor)
         m.submodules.host_uart_rx = rx = UARTReceiver(self._divisor)
         m.submodules.to_board = to_board = fifo.SyncFIFO(width=HOST_BYTE_LAYOUT.size, depth=64)

@@ -18,7 +18,7 @@ MUTATIONS = {
                                          "lane_clipped = accumulate[lane] & (total[-1] != sign)"),
     "stream_buffer_skid": ("stream_buffer", "StreamBuffer",
                            "with m.If(~skid_valid):", "with m.If(1):"),
-    "stream_buffer_half_rate": ("stream_buffer", "StreamBuffer",
+    "stream_buffer_half_rate": ("stream_buffer", "HalfRateStreamBuffer",
                                 "self.i.ready.eq(~self.o.valid)",
                                 "self.i.ready.eq(~self.o.valid | self.o.ready)"),
     "shift_queue": ("queues", "ShiftQueue",
