@@ -5,14 +5,13 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .accumulator_banks import AccumulatorBanks
-from .accumulators import AccumulatorMemory, add_spacing
+from .accumulators import accumulator_memory, add_spacing
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit
 from .activation_path import activation_path
 from .activation_units import activation_latency
 from .matmul_feed import matmul_feed
 from .matrix_unit import matrix_unit, matrix_unit_latency
 from .read_ports import read_ports
-from .targets import is_ice40
 from .unified_buffer import UnifiedBuffer
 
 __all__ = ["Datapath", "command_layouts"]
@@ -151,7 +150,7 @@ class Datapath(wiring.Component):
         m.submodules.mxu = mxu = matrix_unit(cfg, tag_shape=tag)
         # On an iCE40 each accumulator lane is written as its column leaves the array, so
         # that no de-skew registers line the columns up.
-        m.submodules.acc = acc = AccumulatorMemory(cfg, skewed_lanes=is_ice40(platform))
+        m.submodules.acc = acc = accumulator_memory(cfg, platform)
         m.submodules.feed = feed = matmul_feed(cfg, command_layout=self.matmul_layout,
                                                row_layout=mxu.row_layout)
         m.submodules.activation = activation = activation_path(

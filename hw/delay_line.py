@@ -2,7 +2,9 @@
 
 from amaranth.hdl import Signal, Value, ValueCastable
 
-__all__ = ["delayed", "delayed_with_payload"]
+from .arith import any_of
+
+__all__ = ["delayed", "delayed_with_payload", "pipeline_busy"]
 
 
 def delayed(m, value, cycles, *, name, enable=None, reset_less=False):
@@ -36,3 +38,15 @@ def delayed_with_payload(m, valid, payload, cycles, *, name):
     payload's registers are ``reset_less`` and named ``{name}_payload_d1``...)."""
     return list(zip(delayed(m, valid, cycles, name=name),
                     delayed(m, payload, cycles, name=f"{name}_payload", reset_less=True)))
+
+
+def pipeline_busy(m, busy, entering, stages, *, ahead):
+    """Drives ``busy``: some flag of ``stages`` (a delay line of ``entering``, as
+    :func:`delayed` makes, its first copy first) is set. With ``ahead`` it is a register
+    set a cycle ahead, of the same value (a flag entering, or one moving on to a later
+    stage), so that a reader's logic starts from a register (for fast clocks); else the OR
+    of the stages."""
+    if ahead:
+        m.d.sync += busy.eq(any_of([entering, *stages[:-1]]))
+    else:
+        m.d.comb += busy.eq(any_of(stages))

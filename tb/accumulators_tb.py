@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..hw.accumulators import AccumulatorMemory, add_spacing
+from ..hw.accumulators import AccumulatorMemory, SkewedAccumulatorMemory, add_spacing
 from ..sim.accumulator_model import AccumulatorModel
 from .harness import reference_instance
 from .memory_checks import MemoryPorts, check_memory, clearing_writes
@@ -13,7 +13,7 @@ __all__ = ["BENCHES"]
 
 async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=None,
                skewed_lanes=False):
-    dut = reference_instance(AccumulatorMemory(cfg, skewed_lanes=skewed_lanes))
+    dut = reference_instance((SkewedAccumulatorMemory if skewed_lanes else AccumulatorMemory)(cfg))
     spacing = add_spacing(cfg)
     if skewed_lanes:
         store_after = 0

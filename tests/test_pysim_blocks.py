@@ -58,25 +58,13 @@ def test_block(block, cfg, bench):
 
 @pytest.mark.parametrize("bench", list(importlib.import_module("tpuer.tb.accumulators_tb").BENCHES))
 @pytest.mark.parametrize("cfg", PYSIM_CONFIGS, ids=lambda c: c.name)
-def test_accumulators_without_the_stored_row_register(cfg, bench):
-    """The accumulator memory as the iCE40 builds it (the row it adds to read a cycle ahead
-    and added as it leaves the memory, the sum stored in the write's own cycle, no
-    forwarding), on the same benches."""
-    from tpuer.hw.accumulators import AccumulatorMemory
-    benches = importlib.import_module("tpuer.tb.accumulators_tb").BENCHES
-    run_pysim(AccumulatorMemory(cfg, register_stored_row=False), benches[bench], cfg,
-              rng_for("accumulators-unregistered", bench, cfg), 0)
-
-
-@pytest.mark.parametrize("bench", list(importlib.import_module("tpuer.tb.accumulators_tb").BENCHES))
-@pytest.mark.parametrize("cfg", PYSIM_CONFIGS, ids=lambda c: c.name)
 def test_accumulators_with_skewed_lanes(cfg, bench):
     """The accumulator memory as the iCE40's datapath uses it: each lane written as its
     column leaves the array, ``cols - 1 - j`` cycles before the row's last lane, on the same
     benches (a row read while its lanes are being written is undefined)."""
-    from tpuer.hw.accumulators import AccumulatorMemory
+    from tpuer.hw.accumulators import SkewedAccumulatorMemory
     benches = importlib.import_module("tpuer.tb.accumulators_tb").BENCHES
-    run_pysim(AccumulatorMemory(cfg, skewed_lanes=True),
+    run_pysim(SkewedAccumulatorMemory(cfg),
               functools.partial(benches[bench], skewed_lanes=True), cfg,
               rng_for("accumulators-skewed", bench, cfg))
 

@@ -161,7 +161,7 @@ def test_block_with_reads_through_dp16kd_output_registers(block, cfg, tmp_path):
         assert ran >= 2
 
 
-@pytest.mark.parametrize("block", ["accumulators", "skewed_accumulators", "datapath"])
+@pytest.mark.parametrize("block", ["skewed_accumulators", "datapath"])
 def test_block_as_the_icebreaker_has_it(block, tmp_path):
     """The accumulator memory and the datapath elaborated for the iCEBreaker, on Icarus with
     Yosys's models of the primitives, against the golden model: each accumulator lane in
@@ -169,15 +169,12 @@ def test_block_as_the_icebreaker_has_it(block, tmp_path):
     made by an adder that passes the word through in the LUTs of its carry chain; the
     Weight FIFO in block RAM; the products in SB_MAC16 blocks."""
     from amaranth_boards.icebreaker import ICEBreakerPlatform
-    from tpuer.hw.accumulators import AccumulatorMemory
+    from tpuer.hw.accumulators import SkewedAccumulatorMemory
     from tpuer.hw.export import build_block
     require_simulator("icarus")
     cfg = SIM_CONFIGS[3]        # memory depths that are not powers of two
-    # The memory reads the row it adds to a cycle ahead and stores the sum in the write's
-    # own cycle (store_after 0).
     component, options = {
-        "accumulators": (lambda: build_block("accumulators", cfg), {"store_after": 0}),
-        "skewed_accumulators": (lambda: AccumulatorMemory(cfg, skewed_lanes=True),
+        "skewed_accumulators": (lambda: SkewedAccumulatorMemory(cfg),
                                 {"skewed_lanes": True}),
         "datapath": (lambda: build_block("datapath", cfg), {}),
     }[block]
