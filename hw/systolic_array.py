@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .delay_line import delayed
 from .dual_multiplier import DualMultiplier, uses_sb_mac16
-from .pe import ProcessingElement
+from .pe import SharedMultiplierCell, processing_element
 
 __all__ = ["SystolicArray"]
 
@@ -97,16 +97,21 @@ class SystolicArray(wiring.Component):
         pairs, single = self._dsp_pairs() if shared else ([], [])
         outside = {cell for pair in pairs for cell in pair}
         # The DSP's 16-bit adders hold the partial sums of the top two rows (17 bits at most:
-        # see ProcessingElement).
+        # see SharedMultiplierCell).
         summed = {(i, j) for i in range(min(cfg.rows, 2)) for j in range(cfg.cols)
                   if shared}
-        pes = [[ProcessingElement(operand_shape=cfg.operand_shape,
-                                  acc_shape=signed(product_width + ceil_log2(i + 1)),
-                                  shared_multiplier=shared,
-                                  active_outside=(i, j) in outside,
-                                  sum_outside=(i, j) in summed,
-                                  multiply_latency=cfg.multiply_latency)
-                for j in range(cfg.cols)] for i in range(cfg.rows)]
+
+        def cell(i, j):
+            acc_shape = signed(product_width + ceil_log2(i + 1))
+            if shared:
+                return SharedMultiplierCell(operand_shape=cfg.operand_shape,
+                                            acc_shape=acc_shape,
+                                            active_outside=(i, j) in outside,
+                                            sum_outside=(i, j) in summed)
+            return processing_element(operand_shape=cfg.operand_shape, acc_shape=acc_shape,
+                                      multiply_latency=cfg.multiply_latency)
+
+        pes = [[cell(i, j) for j in range(cfg.cols)] for i in range(cfg.rows)]
         for i, row in enumerate(pes):
             for j, pe in enumerate(row):
                 m.submodules[f"pe_{i}_{j}"] = pe

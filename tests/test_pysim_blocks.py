@@ -11,7 +11,8 @@ import pytest
 from amaranth.hdl import UnusedElaboratable
 
 from tpuer import Config
-from tpuer.hw import DiagonalSkew, ProcessingElement, SystolicArray, WeightFIFO
+from tpuer.hw import DiagonalSkew, SystolicArray, WeightFIFO
+from tpuer.hw.pe import processing_element
 from tpuer.hw.export import build_block
 from tpuer.tb import blocks_tb
 from tpuer.tb.pysim import run_pysim
@@ -85,8 +86,8 @@ def test_tpu_host_command_set(cfg, bench):
 
 @pytest.mark.parametrize("cfg", PYSIM_CONFIGS, ids=lambda c: c.name)
 def test_processing_element(cfg):
-    pe = ProcessingElement(operand_shape=cfg.operand_shape, acc_shape=cfg.acc_shape,
-                           multiply_latency=cfg.multiply_latency)
+    pe = processing_element(operand_shape=cfg.operand_shape, acc_shape=cfg.acc_shape,
+                            multiply_latency=cfg.multiply_latency)
     run_pysim(pe, blocks_tb.bench_pe, cfg, rng_for("pe", cfg))
 
 
