@@ -121,7 +121,9 @@ class Config:
         memory (the matrix unit's feed, the activation unit's input, the host's reads)
         then takes a cycle more. The handshakes around the reads are then decided from
         registers (the feed's hold-back check a cycle ahead, the host reads' room from the
-        queue alone), which costs a few flip-flops and look-up tables and no cycles.
+        queue alone), which costs a few flip-flops and look-up tables and no cycles. It
+        picks the form of the matmul feed (:func:`~tpuer.hw.matmul_feed.matmul_feed`) and
+        of the read ports (:func:`~tpuer.hw.read_ports.read_ports`).
     control_registers : int
         1 (the default): the control path has the register stages that fast clocks need.
         They cost one more fill cycle at the start of every run, and the host interface
@@ -133,10 +135,12 @@ class Config:
         bytes, its CRC's inputs and its last-word checks, and has a register stage each
         way around the host streams. 0: none of these, for a small FPGA at a slow clock
         (the iCE40UP5K at 24 MHz, where the sequencer's and the host interface's stages
-        alone took 144 logic cells). It picks the sequencer's form
-        (:func:`~tpuer.hw.sequencer.sequencer`: ``Sequencer`` or ``RegisteredSequencer``,
-        each built from its parts' matching forms), and a START must then come two cycles
-        after a program write at the earliest.
+        alone took 144 logic cells). It picks the registered or the small form of each
+        block that has both, each in one factory: the sequencer
+        (:func:`~tpuer.hw.sequencer.sequencer`, built from its parts' matching forms), the
+        host interface's parser and reply sender, the serial link and the board's top, the
+        matrix unit, the host DMA engine and the activate path. With it a START must come
+        two cycles after a program write at the earliest.
 
     Raises
     ------
