@@ -8,7 +8,8 @@ from .arith import saturate
 from .delay_line import delayed
 from .registered_multiplier import RegisteredMultiplier
 
-__all__ = ["ActivationUnit", "ActivationSignature", "PARAM_WRITE_LAYOUT"]
+__all__ = ["ActivationUnit", "RegisteredActivationUnit", "FabricProductActivationUnit",
+           "ActivationSignature", "PARAM_WRITE_LAYOUT"]
 
 #: A write of a bias or a multiplier into the lane-serial unit's parameter memory (CONFIG
 #: BIAS / MULTIPLIER): ``lane`` or, with ``all_lanes``, every lane; ``en`` for one cycle.
@@ -195,17 +196,14 @@ class ActivationUnit(wiring.Component):
     Stages: the row straight from the accumulator memory into registers; bias; four
     16 x 16-bit partial products (a DSP multiplier each); their sum; the high half; the
     right shift with the rounding decision (from masks kept in registers, see
-    :func:`rounding_masks`); rounding, zero point and clamp. With
-    ``cfg.multiply_latency`` 2 (fast clocks) two stages more: each multiplier is a
-    :class:`~tpuer.hw.registered_multiplier.RegisteredMultiplier` whose operand registers
-    take the biased word and the multiplier, and the sum is two adds
-    (:func:`split_product_sum`), each a stage. With ``multiply_latency`` 3 one stage more:
-    the products go into registers of the fabric before the adds (the DSP blocks sit in
-    columns of their own, far from the logic).
+    :func:`rounding_masks`); rounding, zero point and clamp. The forms for fast clocks,
+    :class:`RegisteredActivationUnit` and :class:`FabricProductActivationUnit`, have two
+    and three stages more (:func:`~tpuer.hw.activation_units.activation_unit_class`
+    picks the form from ``cfg.multiply_latency``).
 
-    Latency: :attr:`latency` cycles (:meth:`latency_for`: 7, 9 with ``multiply_latency``
-    2, 10 with 3) from ``i`` to ``o`` with no back-pressure; the whole pipeline holds while
-    ``o.valid & ~o.ready``. It takes a row every cycle.
+    Latency: :attr:`latency` cycles (:meth:`latency_for`: 7) from ``i`` to ``o`` with no
+    back-pressure; the whole pipeline holds while ``o.valid & ~o.ready``. It takes a row
+    every cycle.
     """
 
     #: The parameters this unit keeps in a memory of its own, written on ``param_write``
@@ -223,11 +221,14 @@ class ActivationUnit(wiring.Component):
             "relu": 1,
         })
 
-    @staticmethod
-    def latency_for(cfg):
-        """Cycles from a row entering the unit to its result: 7, 9 with
-        ``multiply_latency`` 2, 10 with 3."""
-        return {1: 7, 2: 9, 3: 10}[cfg.multiply_latency]
+    #: Cycles from a row entering the unit to its result.
+    LATENCY = 7
+
+    @classmethod
+    def latency_for(cls, cfg):
+        """Cycles from a row entering the unit to its result: 7 here
+        (:class:`RegisteredActivationUnit` 9, :class:`FabricProductActivationUnit` 10)."""
+        return cls.LATENCY
 
     def __init__(self, cfg, *, tag_shape=unsigned(16)):
         self._cfg = cfg
@@ -257,35 +258,9 @@ class ActivationUnit(wiring.Component):
         tags = delayed(m, self.i.payload.tag, stages, name="tag", enable=advance,
                        reset_less=True)[1:]
         row = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
-        # The biased word has a register of its own. With multiply_latency 2 or 3 (fast
-        # clocks), it and each lane's multiplier go into the operand registers of the
-        # lane's four multipliers, whose product registers are the next stage (with 3,
-        # copied into the fabric's registers, a stage more); otherwise
-        # the products are multiplied from it straight into their registers.
-        registered = cfg.multiply_latency >= 2
+        # The biased word has a register of its own; the product stages follow it.
         x = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
-        if registered:
-            products = []
-            for lane in range(cfg.cols):
-                products.append([])
-                for k, (a, b) in enumerate(partial_operands(x[lane], p.multiplier[lane])):
-                    multiplier = RegisteredMultiplier(a.shape(), b.shape(), enable=True)
-                    m.submodules[f"multiplier{k}_{lane}"] = multiplier
-                    m.d.comb += [multiplier.a.eq(a), multiplier.b.eq(b),
-                                 multiplier.en.eq(advance)]
-                    product = multiplier.p
-                    if cfg.multiply_latency == 3:
-                        product = Signal.like(multiplier.p, name=f"product{k}_{lane}")
-                        with m.If(advance):
-                            m.d.sync += product.eq(multiplier.p)
-                    products[lane].append(product)
-            middle = Signal(data.ArrayLayout(signed(35), cfg.cols))
-            outer = Signal(data.ArrayLayout(signed(64), cfg.cols))
-            nudged = Signal(data.ArrayLayout(signed(65), cfg.cols))
-        else:
-            products = [[Signal(signed(34), name=f"s2_product{k}_{lane}") for k in range(4)]
-                        for lane in range(cfg.cols)]
-            prod = Signal(data.ArrayLayout(signed(64), cfg.cols))
+        product_stages = self._multipliers(m, x, p, advance)
         high = Signal(data.ArrayLayout(signed(32), cfg.cols))
         truncated = Signal(data.ArrayLayout(signed(32), cfg.cols))
         round_up = Signal(cfg.cols)
@@ -305,25 +280,11 @@ class ActivationUnit(wiring.Component):
             for lane in range(cfg.cols):
                 lane_shifted, lane_round_up, lane_beyond = shifted_right(
                     high[lane], p.shift[lane], *masks[lane])
-                if registered:      # the products come from the multipliers' registers
-                    lane_middle, lane_outer = split_product_sum(cfg, products[lane])
-                    product_stages = [
-                        middle[lane].eq(lane_middle),
-                        outer[lane].eq(lane_outer),
-                        nudged[lane].eq(joined_product_sum(middle[lane], outer[lane])),
-                        high[lane].eq(high_of_nudged(cfg, nudged[lane])),
-                    ]
-                else:
-                    product_stages = [
-                        *(product.eq(a * b) for product, (a, b) in
-                          zip(products[lane], partial_operands(x[lane], p.multiplier[lane]))),
-                        prod[lane].eq(product_sum(products[lane])),
-                        high[lane].eq(high_half(m, cfg, prod[lane], f"_{lane}")),
-                    ]
+                lane_product_stages = product_stages(lane, high[lane])
                 m.d.sync += [
                     row[lane].eq(self.i.payload.data[lane]),
                     x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
-                    *product_stages,
+                    *lane_product_stages,
                     truncated[lane].eq(lane_shifted),
                     round_up[lane].eq(lane_round_up),
                     beyond[lane].eq(lane_beyond),
@@ -338,3 +299,81 @@ class ActivationUnit(wiring.Component):
                                       (self.o.valid & ~self.o.ready))
         m.d.sync += self.busy.eq(self.busy_next)
         return m
+
+    def _multipliers(self, m, x, p, advance):
+        """Each lane's four partial products, multiplied from the biased word ``x``
+        straight into their registers, then their sum and its high half. Returns
+        ``stages(lane, high)``, the statements of those stages for a lane, ``high`` the
+        register of the last."""
+        cfg = self._cfg
+        products = [[Signal(signed(34), name=f"s2_product{k}_{lane}") for k in range(4)]
+                    for lane in range(cfg.cols)]
+        prod = Signal(data.ArrayLayout(signed(64), cfg.cols))
+
+        def stages(lane, high):
+            return [
+                *(product.eq(a * b) for product, (a, b) in
+                  zip(products[lane], partial_operands(x[lane], p.multiplier[lane]))),
+                prod[lane].eq(product_sum(products[lane])),
+                high.eq(high_half(m, cfg, prod[lane], f"_{lane}")),
+            ]
+        return stages
+
+
+class RegisteredActivationUnit(ActivationUnit):
+    """An :class:`ActivationUnit` for fast clocks (``cfg.multiply_latency`` 2): the biased
+    word and each lane's multiplier go into the operand registers of the lane's four
+    multipliers (:class:`~tpuer.hw.registered_multiplier.RegisteredMultiplier`, on the
+    ECP5 a MULT18X18D's own), whose product registers are the next stage, and the sum is
+    two adds (:func:`split_product_sum`), each a stage.
+
+    Latency: 9 cycles.
+    """
+
+    LATENCY = 9
+
+    def _multipliers(self, m, x, p, advance):
+        cfg = self._cfg
+        products = []
+        for lane in range(cfg.cols):
+            products.append([])
+            for k, (a, b) in enumerate(partial_operands(x[lane], p.multiplier[lane])):
+                multiplier = RegisteredMultiplier(a.shape(), b.shape(), enable=True)
+                m.submodules[f"multiplier{k}_{lane}"] = multiplier
+                m.d.comb += [multiplier.a.eq(a), multiplier.b.eq(b),
+                             multiplier.en.eq(advance)]
+                products[lane].append(self._product(m, multiplier, k, lane, advance))
+        middle = Signal(data.ArrayLayout(signed(35), cfg.cols))
+        outer = Signal(data.ArrayLayout(signed(64), cfg.cols))
+        nudged = Signal(data.ArrayLayout(signed(65), cfg.cols))
+
+        def stages(lane, high):
+            lane_middle, lane_outer = split_product_sum(cfg, products[lane])
+            return [
+                middle[lane].eq(lane_middle),
+                outer[lane].eq(lane_outer),
+                nudged[lane].eq(joined_product_sum(middle[lane], outer[lane])),
+                high.eq(high_of_nudged(cfg, nudged[lane])),
+            ]
+        return stages
+
+    def _product(self, m, multiplier, k, lane, advance):
+        """A partial product, from the multiplier's product register."""
+        return multiplier.p
+
+
+class FabricProductActivationUnit(RegisteredActivationUnit):
+    """A :class:`RegisteredActivationUnit` whose partial products go into registers of
+    the fabric before the adds (``cfg.multiply_latency`` 3: the DSP blocks sit in columns
+    of their own, far from the logic).
+
+    Latency: 10 cycles.
+    """
+
+    LATENCY = 10
+
+    def _product(self, m, multiplier, k, lane, advance):
+        product = Signal.like(multiplier.p, name=f"product{k}_{lane}")
+        with m.If(advance):
+            m.d.sync += product.eq(multiplier.p)
+        return product

@@ -2,18 +2,23 @@
 
 from amaranth.hdl import unsigned
 
-from .activation import ActivationUnit
+from .activation import ActivationUnit, FabricProductActivationUnit, RegisteredActivationUnit
 from .serial_activation import SerialActivationUnit
 
 __all__ = ["activation_unit_class", "activation_unit", "activation_latency"]
 
 
 def activation_unit_class(cfg):
-    """The class of the activation unit ``cfg`` asks for: :class:`ActivationUnit` (every
-    lane at once), or :class:`SerialActivationUnit` (a lane at a time, for devices without
-    multipliers to spare) when ``cfg.activation_steps`` is set. Both have the members of
+    """The class of the activation unit ``cfg`` asks for: :class:`SerialActivationUnit` (a
+    lane at a time, for devices without multipliers to spare) when ``cfg.activation_steps``
+    is set, else the all-lanes unit whose multipliers suit ``cfg.multiply_latency``:
+    :class:`ActivationUnit` (1), :class:`RegisteredActivationUnit` (2) or
+    :class:`FabricProductActivationUnit` (3). All have the members of
     :class:`~tpuer.hw.activation.ActivationSignature`."""
-    return SerialActivationUnit if cfg.activation_steps else ActivationUnit
+    if cfg.activation_steps:
+        return SerialActivationUnit
+    return {1: ActivationUnit, 2: RegisteredActivationUnit,
+            3: FabricProductActivationUnit}[cfg.multiply_latency]
 
 
 def activation_unit(cfg, *, tag_shape=unsigned(16)):
