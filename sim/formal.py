@@ -372,7 +372,7 @@ def _link_queue(registered):
         encoding = elaborated._generated["link"].encoding
         in_state = lambda *names: Cat(*(state == encoding[n] for n in names
                                         if n in encoding)).any()
-        in_payload = in_state("Payload", "Crc", "CrcTaken", "Check")
+        in_payload = in_state("Payload", "Crc", "CrcTaken", "CrcSettles", "Check")
         take_words, index = inside["take_words"], inside["index"]
         short_count = inside["count"][:len(index)]
         new_request = (inside["flags"][0] | ~inside["have_last"] |

@@ -3,6 +3,7 @@ loses and garbles frames, and the TPU behind its UART on amaranth.sim, Verilator
 Icarus."""
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -213,7 +214,8 @@ def test_link_fills_a_reply_to_the_limit_and_loses_no_word(gaps, registered):
     and then), its bytes taken as soon as they are offered: each reply carries at most
     MAX_REPLY_WORDS words, a full one exactly that many, a retransmission the same words,
     and every word arrives once, in order. (Registered, the link's bytes and CRC come
-    from registers that must hold each byte before it is offered.)"""
+    from registers that must hold each byte before it is offered; in the small form the
+    CRC takes a byte in nine cycles.)"""
     from tpuer.hw.serial_link import RegisteredSerialLink, SerialLink
     link = (RegisteredSerialLink if registered else SerialLink)(byte_timeout=1000)
     rng = random.Random(seed())
@@ -248,8 +250,8 @@ def test_link_fills_a_reply_to_the_limit_and_loses_no_word(gaps, registered):
                 ctx.set(link.rx_bytes.valid, 1)
                 await ctx.tick()
                 ctx.set(link.rx_bytes.valid, 0)
-                await ctx.tick().repeat(3)
-            for _ in range(30 * (MAX_REPLY_WORDS + 10)):    # four cycles a byte, registered
+                await ctx.tick().repeat(9)      # a byte every ten cycles, as a fast UART's
+            for _ in range(40 * (MAX_REPLY_WORDS + 10)):    # a byte in 9 cycles at most
                 if frames:
                     assert len(frames) == 1 and frames[0].ok and frames[0].seq == seq
                     return frames[0].words
@@ -348,15 +350,17 @@ def test_serial_backend_refuses_a_missing_port():
 
 
 def test_board_as_the_icebreaker_builds_it_on_icarus(tmp_path):
-    """The iCEBreaker's logic as its bitstream has it (a half-rate register stage for the
-    replies and none for the commands between link and TPU, products in SB_MAC16 blocks,
+    """The iCEBreaker's logic as its bitstream has it (its board's small forms: the link's
+    bit-serial CRC, a half-rate register stage for the replies and none for the commands
+    between link and TPU, the lane-serial activation unit; products in SB_MAC16 blocks,
     the program in SPRAM, block RAMs instantiated directly), behind its UART on Icarus with
     Yosys's models of the primitives: a whole program over the line, against the golden
     model."""
     from amaranth_boards.icebreaker import ICEBreakerPlatform
     require_simulator("icarus")
-    built = backend.build("board", BOARD_CONFIG, "icarus", platform=ICEBreakerPlatform(),
-                          component=BoardHarness(BOARD_CONFIG, divisor=SIM_DIVISOR),
+    cfg = replace(BOARD_CONFIG, activation_steps=32, host_read_queue=1, control_registers=0)
+    built = backend.build("board", cfg, "icarus", platform=ICEBreakerPlatform(),
+                          component=BoardHarness(cfg, divisor=SIM_DIVISOR),
                           variant="ice40",
                           extra_sources=[ice40_models(tmp_path, "SB_MAC16", "SB_SPRAM256KA",
                                                        "SB_RAM40_4K", "SB_LUT4", "SB_CARRY")])
@@ -421,3 +425,60 @@ def test_link_holds_on_the_rtl_board_in_simulated_time(scale, products):
     print(f"RTL board, {products} products at {scale}x the README's fault rates: "
           f"{injected} faults, {retries} retries, {line_time:.1f} s of line time, no LinkError")
     assert injected > 0 and retries > 0
+
+
+def test_bit_serial_crc_matches_the_byte_wide_one():
+    """The small link's CRC, a bit per cycle, against amaranth's byte-wide
+    ``crc.Processor``: random bytes offered at random (taken only while ``ready``), restarts
+    (now and then in the middle of a byte), and frames closed by their own CRC: whenever it
+    is ready, the same ``crc`` and ``match_detected``; ``ready`` falls for eight cycles a
+    byte."""
+    from amaranth.lib import crc
+    from tpuer.hw.serial_crc import BitSerialCRC
+    from tpuer.link import CRC
+    rng = random.Random(seed())
+    m = Module()
+    m.submodules.serial = serial = BitSerialCRC(CRC(data_width=8))
+    m.submodules.reference = reference = crc.Processor(CRC(data_width=8))
+    counts = {"compared": 0, "matches": 0, "restarts_in_a_byte": 0}
+
+    async def bench(ctx):
+        frame, closing, busy_for = [], [], 0
+        for cycle in range(20000):
+            start = rng.random() < 0.01
+            if closing:
+                byte, offer = closing[0], True
+            else:
+                offer = rng.random() < 0.3
+                byte = rng.randrange(256)
+            ready = ctx.get(serial.ready)
+            assert ready == (busy_for == 0), f"cycle {cycle}: ready {ready}"
+            if ready and not start:
+                counts["compared"] += 1
+                got = (ctx.get(serial.crc), ctx.get(serial.match_detected))
+                want = (ctx.get(reference.crc), ctx.get(reference.match_detected))
+                assert got == want, f"cycle {cycle}: {got}, expected {want}"
+                counts["matches"] += want[1]
+            taken = offer and (ready or start)
+            counts["restarts_in_a_byte"] += start and not ready
+            for port, value in ((serial.start, start), (serial.valid, offer),
+                                (serial.data, byte), (reference.start, start),
+                                (reference.valid, taken), (reference.data, byte)):
+                ctx.set(port, value)
+            await ctx.tick()
+            busy_for = 8 if taken else (0 if start else max(busy_for - 1, 0))
+            if start:
+                frame, closing = [], []
+            if taken:
+                if closing:
+                    closing.pop(0)
+                else:
+                    frame.append(byte)
+                    if rng.random() < 0.1:           # close the frame with its CRC
+                        closing = list(CRC(data_width=8).compute(frame).to_bytes(4, "big"))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert min(counts.values()) > 10, counts
