@@ -295,7 +295,7 @@ class ReplySender(wiring.Component):
     words are read as they are sent: the counters of a running program go on between the
     words.
 
-    This form offers a word per cycle, chosen from the state and a word count, for
+    This form offers a word per cycle, picked straight from the status and the row, for
     ``cfg.control_registers`` 0.
 
     Members
@@ -360,23 +360,42 @@ class ReplySender(wiring.Component):
 
     def _offers(self, m, word, status_words, row):
         """Returns ``offer(state, header_sent)``, which offers the word due in ``state``
-        and returns the signal that says it is sent."""
-        status_word, row_word = Signal(32), Signal(32)
+        and returns the signal that says it is sent. The word due is picked by a one-hot
+        register, a bit per header and word (``pick``, moved on as each word is sent),
+        through an AND-OR of the picks, not through a multiplexer decoded from the state
+        and the word count: on the iCE40 that halves the logic of a reply's thirteen
+        words."""
         lanes = self._cfg.ub_lanes
-        with m.Switch(word):
-            for index in range(max(STATUS_WORDS, lanes)):
-                with m.Case(index):
-                    if index < STATUS_WORDS:
-                        m.d.comb += status_word.eq(status_words[index])
-                    if index < lanes:
-                        m.d.comb += row_word.eq(row[index].as_signed())
-        replies = {"Status": (Reply.STATUS, STATUS_WORDS, status_word),
-                   "Row": (Reply.ROW, lanes, row_word)}
+        status_words, row = self._sources(m, status_words, row)
+        slots = {("Status", None): header(Reply.STATUS, STATUS_WORDS),
+                 **{("Status", i): value for i, value in enumerate(status_words)},
+                 ("Row", None): header(Reply.ROW, lanes),
+                 **{("Row", i): row[i].as_signed() for i in range(lanes)}}
+        self._slots = list(slots)
+        self._pick = pick = Signal(len(slots))
+        self._before_picks(m)
+        picked = []
+        for k, ((state, index), value) in enumerate(slots.items()):
+            part = Signal(32, name=f"reply_{state.lower()}_"
+                                   f"{'header' if index is None else index}")
+            m.d.comb += part.eq(Mux(pick[k], value, 0))
+            picked.append(part)
+        return self._offer(m, Cat(*(Cat(*bits).any() for bits in zip(*picked))))
 
+    def _sources(self, m, status_words, row):
+        """The status words and the row the reply words are picked from: as they are."""
+        return status_words, row
+
+    def _before_picks(self, m):
+        """Registers of the registered form: none here."""
+
+    def _offer(self, m, due):
+        """Offers ``due`` in its cycle, a word per cycle."""
         def offer(state, header_sent):
-            kind, words, value = replies[state]
-            due = Mux(header_sent, value, header(kind, words))
             m.d.comb += [self.rsp.valid.eq(1), self.rsp.payload.eq(due)]
+            with m.If(self.rsp.ready):
+                # The header's slot is followed by its words' (``slots``).
+                m.d.sync += self._pick.eq(self._pick << 1)
             return self.rsp.ready
         return offer
 
@@ -384,58 +403,47 @@ class ReplySender(wiring.Component):
         """What the registered form clears while idle: nothing here."""
 
     def _begin(self, m, state):
-        """What the registered form does as a reply starts: nothing here."""
+        """A reply starts: its header is picked."""
+        m.d.sync += self._pick.eq(1 << self._slots.index((state, None)))
 
 
 class RegisteredReplySender(ReplySender):
     """A :class:`ReplySender` for fast clocks (``cfg.control_registers`` 1): each word is
     offered from a register (``reply``), loaded in the cycle before it is offered
-    (``settled`` says the register holds the word due), through an AND-OR of one-hot picks,
-    a bit per header and word (``pick``, moved on as each word is sent), so that no
-    multiplexer of the status fields or of the row's lanes sits before the reply stream's
-    buffer: a word every other cycle. The status words come through copies a cycle late, so
-    that the counters' adders end at a register, and the row's lanes from a copy without an
-    enable, so that the answer queue's multiplexer ends at one (the row holds still from
-    the cycle before its reply starts until its last word takes it)."""
+    (``settled`` says the register holds the word due), so that no logic of the status
+    fields or of the row's lanes sits before the reply stream's buffer: a word every other
+    cycle. The status words come through copies a cycle late, so that the counters' adders
+    end at a register, and the row's lanes from a copy without an enable, so that the
+    answer queue's multiplexer ends at one (the row holds still from the cycle before its
+    reply starts until its last word takes it)."""
 
-    def _offers(self, m, word, status_words, row):
-        lanes = self._cfg.ub_lanes
+    def _sources(self, m, status_words, row):
         status_copies = [Signal.like(value, reset_less=True, name=f"{name}_copy")
                          for name, value in zip(STATUS_FIELDS, status_words)]
         row_copy = Signal(row.shape(), reset_less=True, name="row_copy")
         m.d.sync += [copy.eq(value) for copy, value in zip(status_copies, status_words)]
         m.d.sync += row_copy.eq(row)
-        slots = {("Status", None): header(Reply.STATUS, STATUS_WORDS),
-                 **{("Status", i): value for i, value in enumerate(status_copies)},
-                 ("Row", None): header(Reply.ROW, lanes),
-                 **{("Row", i): row_copy[i].as_signed() for i in range(lanes)}}
-        self._slots = list(slots)
-        self._pick = pick = Signal(len(slots))
-        self._settled = settled = Signal()
-        reply = Signal(32)
-        picked = []
-        for k, ((state, index), value) in enumerate(slots.items()):
-            part = Signal(32, name=f"reply_{state.lower()}_"
-                                   f"{'header' if index is None else index}")
-            m.d.comb += part.eq(Mux(pick[k], value, 0))
-            picked.append(part)
-        m.d.sync += reply.eq(Cat(*(Cat(*bits).any() for bits in zip(*picked))))
+        return status_copies, row_copy
+
+    def _before_picks(self, m):
+        self._settled = Signal(name="_settled")
+        self._reply = Signal(32, name="reply")
+
+    def _offer(self, m, due):
+        settled, reply, pick = self._settled, self._reply, self._pick
+        m.d.sync += reply.eq(due)
 
         def offer(state, header_sent):
             sent = settled & self.rsp.ready
             m.d.comb += [self.rsp.valid.eq(settled), self.rsp.payload.eq(reply)]
             m.d.sync += settled.eq(~sent)
             with m.If(sent):
-                # The header's slot is followed by its words' (``slots``).
                 m.d.sync += pick.eq(pick << 1)
             return sent
         return offer
 
     def _idle(self, m):
         m.d.sync += self._settled.eq(0)
-
-    def _begin(self, m, state):
-        m.d.sync += self._pick.eq(1 << self._slots.index((state, None)))
 
 
 class HostInterface(wiring.Component):
