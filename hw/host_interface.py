@@ -346,21 +346,20 @@ class ReplySender(wiring.Component):
             for state, words, done in (("Status", STATUS_WORDS, due.ready),
                                        ("Row", lanes, self.host_out.ready)):
                 with m.State(state):
-                    sent = offer(state, header_sent)
-                    with m.If(sent):
-                        m.d.sync += [header_sent.eq(1),
-                                     last_word.eq(Mux(header_sent, word + 2 == words,
-                                                      words == 1))]
-                        with m.If(header_sent):
-                            m.d.sync += word.eq(word + 1)
-                            with m.If(last_word):
-                                m.d.comb += done.eq(1)
-                                m.next = "Idle"
+                    with m.If(offer()):
+                        self._sent(m, state, words, done, word, header_sent, last_word)
         return m
 
+    def _sent(self, m, state, words, done, word, header_sent, last_word):
+        """A word of ``state`` is sent: after the reply's last (here told by the pick of
+        its last word, a register), ``done`` and back to ``Idle``."""
+        with m.If(self._pick[self._slots.index((state, words - 1))]):
+            m.d.comb += done.eq(1)
+            m.next = "Idle"
+
     def _offers(self, m, word, status_words, row):
-        """Returns ``offer(state, header_sent)``, which offers the word due in ``state``
-        and returns the signal that says it is sent. The word due is picked by a one-hot
+        """Returns ``offer()``, which offers the word due and returns the signal that says
+        it is sent. The word due is picked by a one-hot
         register, a bit per header and word (``pick``, moved on as each word is sent),
         through an AND-OR of the picks, not through a multiplexer decoded from the state
         and the word count: on the iCE40 that halves the logic of a reply's thirteen
@@ -391,7 +390,7 @@ class ReplySender(wiring.Component):
 
     def _offer(self, m, due):
         """Offers ``due`` in its cycle, a word per cycle."""
-        def offer(state, header_sent):
+        def offer():
             m.d.comb += [self.rsp.valid.eq(1), self.rsp.payload.eq(due)]
             with m.If(self.rsp.ready):
                 # The header's slot is followed by its words' (``slots``).
@@ -433,7 +432,7 @@ class RegisteredReplySender(ReplySender):
         settled, reply, pick = self._settled, self._reply, self._pick
         m.d.sync += reply.eq(due)
 
-        def offer(state, header_sent):
+        def offer():
             sent = settled & self.rsp.ready
             m.d.comb += [self.rsp.valid.eq(settled), self.rsp.payload.eq(reply)]
             m.d.sync += settled.eq(~sent)
@@ -444,6 +443,17 @@ class RegisteredReplySender(ReplySender):
 
     def _idle(self, m):
         m.d.sync += self._settled.eq(0)
+
+    def _sent(self, m, state, words, done, word, header_sent, last_word):
+        # Counted: the header, then the words (``last_word`` a register, so that taking a
+        # row waits on no comparison).
+        m.d.sync += [header_sent.eq(1),
+                     last_word.eq(Mux(header_sent, word + 2 == words, words == 1))]
+        with m.If(header_sent):
+            m.d.sync += word.eq(word + 1)
+            with m.If(last_word):
+                m.d.comb += done.eq(1)
+                m.next = "Idle"
 
 
 class HostInterface(wiring.Component):
