@@ -83,7 +83,7 @@ async def check_batches(io, cfg, batches, *, rng, idle=0.0, stall=0.0, check_lat
     Without ``lane_writes`` a lane-serial unit keeps the biases and multipliers it has."""
     dut = reference_instance(activation_unit(cfg))
     in_codec, out_codec = Codec(dut.in_layout), Codec(dut.out_layout)
-    tag = 0
+    tag = waited = 0
     idle_param_writes(io, cfg)
     for params, rows in batches:
         expected = requantize(rows, params)
@@ -109,10 +109,13 @@ async def check_batches(io, cfg, batches, *, rng, idle=0.0, stall=0.0, check_lat
             if latencies != {dut.latency}:
                 raise TestbenchError(f"[{io.simulator} activation {cfg.name}] latency "
                                      f"{sorted(latencies)}, documented {dut.latency}")
-        if stall and source.waiting_cycles == 0 and len(items) > 8:
-            raise TestbenchError(f"[{io.simulator} activation {cfg.name}] back-pressure on "
-                                 f"the output never reached the input")
+        waited += source.waiting_cycles
         tag += len(items)
+    # Over all batches: in one batch of 24 rows the output's stalls may all fall in cycles
+    # without a row (about one seed in a thousand).
+    if stall and waited == 0 and tag > 8:
+        raise TestbenchError(f"[{io.simulator} activation {cfg.name}] back-pressure on "
+                             f"the output never reached the input")
 
 
 def _busy_ahead_checker(cfg):
