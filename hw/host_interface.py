@@ -320,7 +320,8 @@ class ReplySender(wiring.Component):
         lanes = self._cfg.ub_lanes
         m = Module()
         due = self.reply_due
-        # A header, then the words; ``word`` counts the words sent after the header.
+        # A header, then the words; the registered form counts in ``word`` the words sent
+        # after the header (the small one needs no count, see ``_sent``).
         word = Signal(range(max(lanes, STATUS_WORDS) + 1))
         header_sent = Signal()
         last_word = Signal()    # header_sent and word == words - 1: a register, so that
@@ -359,11 +360,10 @@ class ReplySender(wiring.Component):
 
     def _offers(self, m, word, status_words, row):
         """Returns ``offer()``, which offers the word due and returns the signal that says
-        it is sent. The word due is picked by a one-hot
-        register, a bit per header and word (``pick``, moved on as each word is sent),
-        through an AND-OR of the picks, not through a multiplexer decoded from the state
-        and the word count: on the iCE40 that halves the logic of a reply's thirteen
-        words."""
+        it is sent. The word due is picked by a one-hot register, a bit per header and word
+        (``pick``, moved on as each word is sent), through an AND-OR of the picks, not
+        through a multiplexer decoded from the state and a word count (on the iCE40 that
+        takes a reply sender's logic from 362 LUTs to 253)."""
         lanes = self._cfg.ub_lanes
         status_words, row = self._sources(m, status_words, row)
         slots = {("Status", None): header(Reply.STATUS, STATUS_WORDS),
