@@ -2,95 +2,20 @@
 spare: the arithmetic of :class:`~tpuer.hw.activation.ActivationUnit` on a fraction of
 its logic."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .activation import PARAM_WRITE_LAYOUT, ActivationSignature, ActivationUnit, biased, clamped
+from .activation import ActivationSignature, ActivationUnit, biased, clamped
 from ..isa import ConfigParam
 from .block_ram import BlockRAM
 from .arith import saturate
 
-__all__ = ["SerialActivationUnit", "LaneParameters", "SERIAL_SHIFT_CYCLES"]
+__all__ = ["SerialActivationUnit", "SERIAL_SHIFT_CYCLES"]
 
 #: Cycles the rounding right shift takes per lane: one bit per cycle, always this many, so
 #: that the latency does not depend on the shift.
 SERIAL_SHIFT_CYCLES = 31
-
-
-class LaneParameters(wiring.Component):
-    """The lane-serial unit's biases and multipliers, in a small block RAM: a word per lane
-    and kind, and one per kind for all lanes (slot ``ALL``), which a lane uses until it is
-    given a word of its own (so that writing every lane takes one cycle too).
-
-    After reset every bias is 0 and every multiplier ``2**31 - 1``: the memory writes them
-    into the two ``ALL`` slots itself in its first two cycles without a ``param_write``
-    (nothing writes that early through the sequencer); ``loaded`` rises after.
-
-    Members
-    -------
-    param_write : In(PARAM_WRITE_LAYOUT)
-        Writes, a lane's or all lanes' (a lane past ``lanes`` is ignored).
-    read_lane, read_multiplier, read_en : In
-        Which lane's word to read, and of which kind (1: the multiplier).
-    read_data : Out(32)
-        The word read, a cycle after ``read_en``; held until the next read.
-    loaded : Out(1)
-        The reset values are written.
-    """
-
-    def __init__(self, lanes):
-        self._lanes = lanes
-        self._lane_bits = Shape.cast(range(max(lanes, 2))).width
-        super().__init__({
-            "param_write": In(PARAM_WRITE_LAYOUT),
-            "read_lane": In(self._lane_bits), "read_multiplier": In(1), "read_en": In(1),
-            "read_data": Out(32),
-            "loaded": Out(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        cols, lane_bits = self._lanes, self._lane_bits
-        ALL = 1 << lane_bits
-        m.submodules.words = words = BlockRAM(width=32, depth=4 << lane_bits)
-        w = self.param_write
-        bias_own = Signal(cols)               # lane k has a bias of its own in the RAM
-        multiplier_own = Signal(cols)
-        bias_reset = Signal(init=1)           # the ALL slot's bias (0) is still to be written
-        multiplier_reset = Signal(init=1)     # ... its multiplier (2**31 - 1)
-        m.d.comb += self.loaded.eq(~bias_reset & ~multiplier_reset)
-        with m.If(~w.en & (bias_reset | multiplier_reset)):
-            m.d.comb += [words.write_addr.eq(Cat(Const(ALL, lane_bits + 1), ~bias_reset)),
-                         words.write_data.eq(Mux(bias_reset, 0, (1 << 31) - 1)),
-                         words.write_en.eq(1)]
-            with m.If(bias_reset):
-                m.d.sync += bias_reset.eq(0)
-            with m.Else():
-                m.d.sync += multiplier_reset.eq(0)
-        with m.Else():
-            m.d.comb += [words.write_addr.eq(
-                             Cat(Mux(w.all_lanes, ALL, w.lane[:lane_bits]), w.multiplier)),
-                         words.write_data.eq(w.value),
-                         words.write_en.eq(w.en & (w.all_lanes | (w.lane < cols)))]
-        with m.If(w.en):
-            with m.If(w.all_lanes):
-                with m.If(w.multiplier):
-                    m.d.sync += [multiplier_own.eq(0), multiplier_reset.eq(0)]
-                with m.Else():
-                    m.d.sync += [bias_own.eq(0), bias_reset.eq(0)]
-            with m.Elif(w.lane < cols):
-                with m.If(w.multiplier):
-                    m.d.sync += multiplier_own.bit_select(w.lane[:lane_bits], 1).eq(1)
-                with m.Else():
-                    m.d.sync += bias_own.bit_select(w.lane[:lane_bits], 1).eq(1)
-        lane = self.read_lane
-        own = Mux(self.read_multiplier, multiplier_own.bit_select(lane, 1),
-                  bias_own.bit_select(lane, 1))
-        m.d.comb += [words.read_addr.eq(Cat(Mux(own, lane, ALL), self.read_multiplier)),
-                     words.read_en.eq(self.read_en),
-                     self.read_data.eq(words.read_data)]
-        return m
 
 
 class SerialActivationUnit(wiring.Component):
@@ -175,6 +100,7 @@ class SerialActivationUnit(wiring.Component):
         row = Signal(self.in_layout.members["data"], reset_less=True)    # data, no reset
         tag = Signal(self._tag_shape)
         lane = Signal(range(max(cols, 2)))
+        lane_bits = len(lane)
         phase = Signal(range(OUTPUT + 1))
         # The working registers hold data only: no reset (fewer gates before them).
         x = Signal(cfg.acc_shape, reset_less=True)                  # the biased word
@@ -204,17 +130,51 @@ class SerialActivationUnit(wiring.Component):
             m.d.sync += row.as_value().eq(Mux(load_row, self.i.payload.data.as_value(),
                                               row.as_value() >> cfg.acc_width))
 
-        # The biases and multipliers, read in phases READ_BIAS and BIAS; the memory's
+        # --- the biases and multipliers: in a block RAM, a word per lane and kind and one
+        # for all lanes (slot ``ALL``), which a lane uses until it has a word of its own.
+        # After reset the unit writes the reset values into the two ALL slots itself, in
+        # cycles without a write from outside (the first two, as nothing writes that early
+        # through the sequencer), and takes no row before ---------------------------------
+        ALL = 1 << lane_bits
+        m.submodules.lane_params = lane_params = BlockRAM(width=32, depth=4 << lane_bits)
+        w = self.param_write
+        bias_own = Signal(cols)               # lane k has a bias of its own in the RAM
+        multiplier_own = Signal(cols)
+        bias_reset = Signal(init=1)           # the ALL slot's bias (0) is still to be written
+        multiplier_reset = Signal(init=1)     # ... its multiplier (2**31 - 1)
+        m.d.comb += self.i.ready.eq(~running & output_free & ~bias_reset & ~multiplier_reset)
+        with m.If(~w.en & (bias_reset | multiplier_reset)):
+            m.d.comb += [lane_params.write_addr.eq(Cat(Const(ALL, lane_bits + 1), ~bias_reset)),
+                         lane_params.write_data.eq(Mux(bias_reset, 0, (1 << 31) - 1)),
+                         lane_params.write_en.eq(1)]
+            with m.If(bias_reset):
+                m.d.sync += bias_reset.eq(0)
+            with m.Else():
+                m.d.sync += multiplier_reset.eq(0)
+        with m.Else():
+            m.d.comb += [lane_params.write_addr.eq(
+                             Cat(Mux(w.all_lanes, ALL, w.lane[:lane_bits]), w.multiplier)),
+                         lane_params.write_data.eq(w.value),
+                         lane_params.write_en.eq(w.en & (w.all_lanes | (w.lane < cols)))]
+        with m.If(w.en):
+            with m.If(w.all_lanes):
+                with m.If(w.multiplier):
+                    m.d.sync += [multiplier_own.eq(0), multiplier_reset.eq(0)]
+                with m.Else():
+                    m.d.sync += [bias_own.eq(0), bias_reset.eq(0)]
+            with m.Elif(w.lane < cols):
+                with m.If(w.multiplier):
+                    m.d.sync += multiplier_own.bit_select(w.lane[:lane_bits], 1).eq(1)
+                with m.Else():
+                    m.d.sync += bias_own.bit_select(w.lane[:lane_bits], 1).eq(1)
+        # The RAM reads the bias in phase READ_BIAS and the multiplier in phase BIAS; its
         # output holds the multiplier from then on.
-        m.submodules.lane_params = lane_params = LaneParameters(cols)
         reading_multiplier = phase == BIAS
-        m.d.comb += [
-            lane_params.param_write.eq(self.param_write),
-            lane_params.read_lane.eq(lane),
-            lane_params.read_multiplier.eq(reading_multiplier),
-            lane_params.read_en.eq(running & ((phase == READ_BIAS) | reading_multiplier)),
-            self.i.ready.eq(~running & output_free & lane_params.loaded),
-        ]
+        own = Mux(reading_multiplier, multiplier_own.bit_select(lane, 1),
+                  bias_own.bit_select(lane, 1))
+        m.d.comb += [lane_params.read_addr.eq(Cat(Mux(own, lane[:lane_bits], ALL),
+                                                  reading_multiplier)),
+                     lane_params.read_en.eq(running & ((phase == READ_BIAS) | reading_multiplier))]
         bias = multiplier = lane_params.read_data.as_signed()
 
         # The multiplier's next digit into a register, so that picking it (the lane's word,
