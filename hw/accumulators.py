@@ -4,7 +4,6 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from .arith import any_of
 from .block_ram import BlockRAM
 from .delay_line import delayed, pipeline_busy
 from .carry_chain import add_or_pass

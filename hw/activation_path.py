@@ -7,7 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .activation import PARAM_WRITE_LAYOUT, ActivationSignature, ActivationUnit
-from .activation_units import activation_latency, activation_unit
+from .activation_units import activation_unit
 from .arith import any_of
 from .delay_line import delayed_with_payload
 
@@ -53,10 +53,6 @@ class ActivationPath(wiring.Component):
                                       always_ready=True)),
             "busy": Out(1),
         })
-
-    @property
-    def latency(self):
-        return self._cfg.memory_read_latency + activation_latency(self._cfg)
 
     def elaborate(self, platform):
         cfg = self._cfg

@@ -4,7 +4,6 @@ its logic."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
-from amaranth.lib.wiring import In, Out
 
 from .activation import ActivationSignature, ActivationUnit, biased, clamped
 from ..isa import ConfigParam
