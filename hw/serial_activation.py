@@ -99,7 +99,6 @@ class SerialActivationUnit(wiring.Component):
         row = Signal(self.in_layout.members["data"], reset_less=True)    # data, no reset
         tag = Signal(self._tag_shape)
         lane = Signal(range(max(cols, 2)))
-        lane_bits = len(lane)
         phase = Signal(range(OUTPUT + 1))
         # The working registers hold data only: no reset (fewer gates before them).
         x = Signal(cfg.acc_shape, reset_less=True)                  # the biased word
@@ -129,51 +128,9 @@ class SerialActivationUnit(wiring.Component):
             m.d.sync += row.as_value().eq(Mux(load_row, self.i.payload.data.as_value(),
                                               row.as_value() >> cfg.acc_width))
 
-        # --- the biases and multipliers: in a block RAM, a word per lane and kind and one
-        # for all lanes (slot ``ALL``), which a lane uses until it has a word of its own.
-        # After reset the unit writes the reset values into the two ALL slots itself, in
-        # cycles without a write from outside (the first two, as nothing writes that early
-        # through the sequencer), and takes no row before ---------------------------------
-        ALL = 1 << lane_bits
-        m.submodules.lane_params = lane_params = BlockRAM(width=32, depth=4 << lane_bits)
-        w = self.param_write
-        bias_own = Signal(cols)               # lane k has a bias of its own in the RAM
-        multiplier_own = Signal(cols)
-        bias_reset = Signal(init=1)           # the ALL slot's bias (0) is still to be written
-        multiplier_reset = Signal(init=1)     # ... its multiplier (2**31 - 1)
-        m.d.comb += self.i.ready.eq(~running & output_free & ~bias_reset & ~multiplier_reset)
-        with m.If(~w.en & (bias_reset | multiplier_reset)):
-            m.d.comb += [lane_params.write_addr.eq(Cat(Const(ALL, lane_bits + 1), ~bias_reset)),
-                         lane_params.write_data.eq(Mux(bias_reset, 0, (1 << 31) - 1)),
-                         lane_params.write_en.eq(1)]
-            with m.If(bias_reset):
-                m.d.sync += bias_reset.eq(0)
-            with m.Else():
-                m.d.sync += multiplier_reset.eq(0)
-        with m.Else():
-            m.d.comb += [lane_params.write_addr.eq(
-                             Cat(Mux(w.all_lanes, ALL, w.lane[:lane_bits]), w.multiplier)),
-                         lane_params.write_data.eq(w.value),
-                         lane_params.write_en.eq(w.en & (w.all_lanes | (w.lane < cols)))]
-        with m.If(w.en):
-            with m.If(w.all_lanes):
-                with m.If(w.multiplier):
-                    m.d.sync += [multiplier_own.eq(0), multiplier_reset.eq(0)]
-                with m.Else():
-                    m.d.sync += [bias_own.eq(0), bias_reset.eq(0)]
-            with m.Elif(w.lane < cols):
-                with m.If(w.multiplier):
-                    m.d.sync += multiplier_own.bit_select(w.lane[:lane_bits], 1).eq(1)
-                with m.Else():
-                    m.d.sync += bias_own.bit_select(w.lane[:lane_bits], 1).eq(1)
-        # The RAM reads the bias in phase READ_BIAS and the multiplier in phase BIAS; its
-        # output holds the multiplier from then on.
-        reading_multiplier = phase == BIAS
-        own = Mux(reading_multiplier, multiplier_own.bit_select(lane, 1),
-                  bias_own.bit_select(lane, 1))
-        m.d.comb += [lane_params.read_addr.eq(Cat(Mux(own, lane[:lane_bits], ALL),
-                                                  reading_multiplier)),
-                     lane_params.read_en.eq(running & ((phase == READ_BIAS) | reading_multiplier))]
+        lane_params = self._lane_parameters(m, lane, running, free=~running & output_free,
+                                            reading_bias=phase == READ_BIAS,
+                                            reading_multiplier=phase == BIAS)
         bias = multiplier = lane_params.read_data.as_signed()
 
         # The multiplier's next digit into a register, so that picking it (the lane's word,
@@ -197,22 +154,7 @@ class SerialActivationUnit(wiring.Component):
             with m.Elif((phase > NUDGE) & (phase < HIGH)):
                 # Digit ``phase - NUDGE - 1`` of the multiplier, picked in the cycle before;
                 # the last one carries its sign.
-                partial = Signal(signed(cfg.multiplier_width + digit_bits + 2))
-                if digit_bits == 1:
-                    # x * digit without a multiplier: x, -x (= ~x + 1) for the sign bit, or 0
-                    bit = digit_register[0]
-                    addend = Mux(bit, Mux(final_digit, ~x, x), 0)
-                    # high_part + addend + carry as one carry chain: with the carry as the
-                    # low bit of both operands, the sum's low bit is 0 and carries it in.
-                    carry = final_digit & bit
-                    wide = Signal(signed(cfg.multiplier_width + 4))
-                    m.d.comb += [wide.eq(Cat(carry, high_part).as_signed() +
-                                         Cat(carry, addend.as_signed()).as_signed()),
-                                 partial.eq(wide >> 1)]
-                else:
-                    digit = Cat(digit_register,
-                                Mux(final_digit, digit_register[-1], 0)).as_signed()
-                    m.d.comb += partial.eq(high_part + x * digit)
+                partial = self._digit_product(m, high_part, x, digit_register, final_digit)
                 m.d.sync += [low_digit.eq(partial[:digit_bits]),
                              high_part.eq(partial >> digit_bits)]
 
@@ -243,3 +185,79 @@ class SerialActivationUnit(wiring.Component):
                     m.d.sync += [self.o.valid.eq(1), self.o.payload.tag.eq(tag),
                                  running.eq(0)]
         return m
+
+    def _lane_parameters(self, m, lane, running, *, free, reading_bias, reading_multiplier):
+        """The biases and multipliers: in a block RAM, a word per lane and kind and one for
+        all lanes (slot ``ALL``), which a lane uses until it has a word of its own; read
+        for ``lane`` (while ``running``) the bias in the cycle of ``reading_bias``, the
+        multiplier in that of ``reading_multiplier``, which the RAM's output holds from
+        then on. After reset the unit writes the reset values into the two ALL slots
+        itself, in cycles without a write from outside (the first two, as nothing writes
+        that early through the sequencer), and takes no row before: ``i.ready`` is ``free``
+        once they are in.
+
+        Returns the RAM, whose ``read_data`` is the word read."""
+        cfg = self._cfg
+        cols = cfg.cols
+        lane_bits = len(lane)
+        ALL = 1 << lane_bits
+        m.submodules.lane_params = lane_params = BlockRAM(width=32, depth=4 << lane_bits)
+        w = self.param_write
+        bias_own = Signal(cols)               # lane k has a bias of its own in the RAM
+        multiplier_own = Signal(cols)
+        bias_reset = Signal(init=1)           # the ALL slot's bias (0) is still to be written
+        multiplier_reset = Signal(init=1)     # ... its multiplier (2**31 - 1)
+        m.d.comb += self.i.ready.eq(free & ~bias_reset & ~multiplier_reset)
+        with m.If(~w.en & (bias_reset | multiplier_reset)):
+            m.d.comb += [lane_params.write_addr.eq(Cat(Const(ALL, lane_bits + 1), ~bias_reset)),
+                         lane_params.write_data.eq(Mux(bias_reset, 0, (1 << 31) - 1)),
+                         lane_params.write_en.eq(1)]
+            with m.If(bias_reset):
+                m.d.sync += bias_reset.eq(0)
+            with m.Else():
+                m.d.sync += multiplier_reset.eq(0)
+        with m.Else():
+            m.d.comb += [lane_params.write_addr.eq(
+                             Cat(Mux(w.all_lanes, ALL, w.lane[:lane_bits]), w.multiplier)),
+                         lane_params.write_data.eq(w.value),
+                         lane_params.write_en.eq(w.en & (w.all_lanes | (w.lane < cols)))]
+        with m.If(w.en):
+            with m.If(w.all_lanes):
+                with m.If(w.multiplier):
+                    m.d.sync += [multiplier_own.eq(0), multiplier_reset.eq(0)]
+                with m.Else():
+                    m.d.sync += [bias_own.eq(0), bias_reset.eq(0)]
+            with m.Elif(w.lane < cols):
+                with m.If(w.multiplier):
+                    m.d.sync += multiplier_own.bit_select(w.lane[:lane_bits], 1).eq(1)
+                with m.Else():
+                    m.d.sync += bias_own.bit_select(w.lane[:lane_bits], 1).eq(1)
+        own = Mux(reading_multiplier, multiplier_own.bit_select(lane, 1),
+                  bias_own.bit_select(lane, 1))
+        m.d.comb += [lane_params.read_addr.eq(Cat(Mux(own, lane[:lane_bits], ALL),
+                                                  reading_multiplier)),
+                     lane_params.read_en.eq(running & (reading_bias | reading_multiplier))]
+        return lane_params
+
+    def _digit_product(self, m, high_part, x, digit_register, final_digit):
+        """``high_part + x * digit``, the digit (``digit_register``, signed when
+        ``final_digit``) a fraction of the multiplier: with one-bit digits a single carry
+        chain and no multiplier."""
+        cfg = self._cfg
+        digit_bits = len(digit_register)
+        partial = Signal(signed(cfg.multiplier_width + digit_bits + 2))
+        if digit_bits == 1:
+            # x * digit without a multiplier: x, -x (= ~x + 1) for the sign bit, or 0
+            bit = digit_register[0]
+            addend = Mux(bit, Mux(final_digit, ~x, x), 0)
+            # high_part + addend + carry as one carry chain: with the carry as the low bit
+            # of both operands, the sum's low bit is 0 and carries it in.
+            carry = final_digit & bit
+            wide = Signal(signed(cfg.multiplier_width + 4))
+            m.d.comb += [wide.eq(Cat(carry, high_part).as_signed() +
+                                 Cat(carry, addend.as_signed()).as_signed()),
+                         partial.eq(wide >> 1)]
+        else:
+            digit = Cat(digit_register, Mux(final_digit, digit_register[-1], 0)).as_signed()
+            m.d.comb += partial.eq(high_part + x * digit)
+        return partial
