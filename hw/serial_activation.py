@@ -97,7 +97,6 @@ class SerialActivationUnit(wiring.Component):
 
         running = Signal()
         row = Signal(self.in_layout.members["data"], reset_less=True)    # data, no reset
-        tag = Signal(self._tag_shape)
         lane = Signal(range(max(cols, 2)))
         phase = Signal(range(OUTPUT + 1))
         # The working registers hold data only: no reset (fewer gates before them).
@@ -118,9 +117,11 @@ class SerialActivationUnit(wiring.Component):
         load_row = self.i.valid & self.i.ready
         # (A row's last lane ends ``running`` and sets ``o.valid`` in the same cycle.)
         m.d.comb += self.busy_next.eq(load_row | running | (self.o.valid & ~self.o.ready))
+        # The row's tag goes straight to the output, which is free whenever a row is taken
+        # (and not valid while it is worked on).
         with m.If(load_row):
-            m.d.sync += [running.eq(1),
-                         tag.eq(self.i.payload.tag), lane.eq(0), phase.eq(READ_BIAS)]
+            m.d.sync += [running.eq(1), self.o.payload.tag.eq(self.i.payload.tag),
+                         lane.eq(0), phase.eq(READ_BIAS)]
 
         # The row: loaded, then shifted down a lane after each lane, so that the lane being
         # worked on is always word 0 (no multiplexer picks it); one enable for both.
@@ -182,8 +183,7 @@ class SerialActivationUnit(wiring.Component):
                                      out[:cfg.operand_width])),
                              phase.eq(READ_BIAS), lane.eq(lane + 1)]
                 with m.If(lane == cols - 1):          # the row's last lane
-                    m.d.sync += [self.o.valid.eq(1), self.o.payload.tag.eq(tag),
-                                 running.eq(0)]
+                    m.d.sync += [self.o.valid.eq(1), running.eq(0)]
         return m
 
     def _lane_parameters(self, m, lane, running, *, free, reading_bias, reading_multiplier):
