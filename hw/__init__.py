@@ -1,7 +1,7 @@
 """Amaranth RTL of the TPU: one block per module."""
 
 from .pe import ProcessingElement
-from .systolic_array import SystolicArray
+from .systolic_array import SharedDSPSystolicArray, SystolicArray
 from .data_setup import DiagonalSkew
 from .weight_fifo import WeightFIFO
 from .matrix_unit import MatrixUnit

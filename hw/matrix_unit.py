@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from .arith import wrapped_increment
 from .data_setup import DiagonalSkew
 from .delay_line import delayed
-from .systolic_array import SystolicArray
+from .systolic_array import systolic_array
 from .weight_fifo import WeightFIFO
 
 __all__ = ["MatrixUnit", "RegisteredMatrixUnit", "matrix_unit", "matrix_unit_latency"]
@@ -110,7 +110,7 @@ class MatrixUnit(wiring.Component):
         cfg = self._cfg
         m = Module()
         m.submodules.weight_fifo = weight_fifo = WeightFIFO(cfg)
-        m.submodules.array = array = SystolicArray(cfg)
+        m.submodules.array = array = systolic_array(cfg, platform)
         lane = data.StructLayout({"act": cfg.operand_shape, "switch": 1})
         m.submodules.skew = skew = DiagonalSkew(lane_shape=lane, lanes=cfg.rows)
         m.submodules.deskew = deskew = DiagonalSkew(

@@ -9,7 +9,7 @@ from .delay_line import delayed
 from .dual_multiplier import DualMultiplier, uses_sb_mac16
 from .pe import SharedMultiplierCell, processing_element
 
-__all__ = ["SystolicArray"]
+__all__ = ["SystolicArray", "SharedDSPSystolicArray", "systolic_array"]
 
 
 class SystolicArray(wiring.Component):
@@ -27,11 +27,10 @@ class SystolicArray(wiring.Component):
     lane ``i`` in cycle ``t`` reaches it.
 
     Partial sums are only as wide as they must be (``2 * operand_width + ceil(log2(i + 1))``
-    bits below row ``i``). On an iCE40 UltraPlus, two cells share each SB_MAC16 DSP
-    (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`), so a 4 x 4 array needs its 8 DSPs;
-    two cells of one anti-diagonal, which switch weights in the same cycle, keep their
-    active weights in the DSP's B register, and the cells of the top two rows keep their
-    partial sums in the DSP's accumulator registers.
+    bits below row ``i``). Each cell has a multiplier of its own
+    (:func:`~tpuer.hw.pe.processing_element` picks its form by ``cfg.multiply_latency``);
+    on an iCE40 UltraPlus the cells share DSPs instead (:class:`SharedDSPSystolicArray`;
+    :func:`systolic_array` picks).
 
     Latency: an activation entering lane ``i`` in cycle ``t`` is multiplied in column ``j``
     in cycle ``t + j`` and its product summed ``cfg.multiply_latency`` cycles later; the
@@ -68,72 +67,30 @@ class SystolicArray(wiring.Component):
     def config(self):
         return self._cfg
 
-    def _dsp_pairs(self):
-        """The cells that share a DSP: ``(pairs, single)``. ``pairs`` are two cells of one
-        anti-diagonal (``i + j`` equal: a switch flag reaches both in the same cycle); the
-        cells left over, one per odd diagonal, are paired in ``single`` (the last alone
-        when their count is odd)."""
+    def _cell_accumulator_shape(self, i):
+        """The partial sum leaving row ``i`` holds ``i + 1`` products: no wider than it
+        must be."""
+        return signed(2 * self._cfg.operand_width + ceil_log2(i + 1))
+
+    def _cells(self):
+        """The grid of processing elements, each with a multiplier of its own."""
         cfg = self._cfg
-        pairs, rest = [], []
-        for diagonal in range(cfg.rows + cfg.cols - 1):
-            cells = [(i, diagonal - i) for i in range(cfg.rows) if 0 <= diagonal - i < cfg.cols]
-            pairs += [tuple(cells[k:k + 2]) for k in range(0, len(cells) - 1, 2)]
-            if len(cells) % 2:
-                rest.append(cells[-1])
-        single = [tuple(rest[k:k + 2]) for k in range(0, len(rest), 2)]
-        return pairs, single
+        return [[processing_element(operand_shape=cfg.operand_shape,
+                                    acc_shape=self._cell_accumulator_shape(i),
+                                    multiply_latency=cfg.multiply_latency)
+                 for j in range(cfg.cols)] for i in range(cfg.rows)]
+
+    def _share_multipliers(self, m, pes):
+        """Nothing to share: each cell multiplies on its own."""
 
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-
-        # The partial sum leaving row i holds i + 1 products: no wider than it must be.
-        product_width = 2 * cfg.operand_width
-        shared = uses_sb_mac16(platform, cfg.operand_shape)
-        if shared and cfg.multiply_latency != 1:
-            raise ValueError(f"the iCE40 UltraPlus's cells share SB_MAC16 blocks, whose "
-                             f"products come a cycle after the operands: multiply_latency "
-                             f"must be 1 there, not {cfg.multiply_latency}")
-        pairs, single = self._dsp_pairs() if shared else ([], [])
-        outside = {cell for pair in pairs for cell in pair}
-        # The DSP's 16-bit adders hold the partial sums of the top two rows (17 bits at most:
-        # see SharedMultiplierCell).
-        summed = {(i, j) for i in range(min(cfg.rows, 2)) for j in range(cfg.cols)
-                  if shared}
-
-        def cell(i, j):
-            acc_shape = signed(product_width + ceil_log2(i + 1))
-            if shared:
-                return SharedMultiplierCell(operand_shape=cfg.operand_shape,
-                                            acc_shape=acc_shape,
-                                            active_outside=(i, j) in outside,
-                                            sum_outside=(i, j) in summed)
-            return processing_element(operand_shape=cfg.operand_shape, acc_shape=acc_shape,
-                                      multiply_latency=cfg.multiply_latency)
-
-        pes = [[cell(i, j) for j in range(cfg.cols)] for i in range(cfg.rows)]
+        pes = self._cells()
         for i, row in enumerate(pes):
             for j, pe in enumerate(row):
                 m.submodules[f"pe_{i}_{j}"] = pe
-        # On an iCE40 UltraPlus two cells share each SB_MAC16: cells that switch weights in
-        # the same cycle (on one anti-diagonal) keep their active weights in its B register.
-        for k, (pair, registered) in enumerate([(p, True) for p in pairs] +
-                                              [(p, False) for p in single]):
-            m.submodules[f"dsp_{k}"] = dsp = DualMultiplier(
-                cfg.operand_shape, registered_b=registered,
-                summed=[half for cell, half in zip(pair, ("high", "low")) if cell in summed])
-            for (i, j), half in zip(pair, ("high", "low")):
-                pe = pes[i][j]
-                m.d.comb += [getattr(dsp, f"{half}_a").eq(pe.factor_act),
-                             getattr(dsp, f"{half}_b").eq(pe.factor_weight),
-                             pe.product.eq(getattr(dsp, half))]
-                if (i, j) in summed:
-                    m.d.comb += getattr(dsp, f"{half}_addend").eq(pe.addend)
-            if registered:
-                i, j = pair[0]
-                m.d.comb += dsp.load_b.eq(pes[i][j].switch_in)
-            elif len(pair) == 1:        # an odd cell count: the DSP's other half idles
-                m.d.comb += [dsp.low_a.eq(0), dsp.low_b.eq(0)]
+        self._share_multipliers(m, pes)
 
         # Column j sees the weight bus j cycles late.
         for j in range(cfg.cols):
@@ -163,3 +120,80 @@ class SystolicArray(wiring.Component):
         for j in range(cfg.cols):
             m.d.comb += self.psum_out[j].eq(pes[cfg.rows - 1][j].psum_out)
         return m
+
+
+class SharedDSPSystolicArray(SystolicArray):
+    """A :class:`SystolicArray` for the iCE40 UltraPlus, whose cells share its SB_MAC16 DSPs
+    two to a block (:class:`~tpuer.hw.dual_multiplier.DualMultiplier`), so that a 4 x 4
+    array needs its 8 DSPs. Two cells of one anti-diagonal, which switch weights in the
+    same cycle, keep their active weights in the DSP's B register, and the cells of the top
+    two rows keep their partial sums in the DSP's accumulator registers (17 bits at most:
+    see :class:`~tpuer.hw.pe.SharedMultiplierCell`).
+
+    Latency: as :class:`SystolicArray`'s with ``cfg.multiply_latency`` 1, the only one it
+    takes (the SB_MAC16's products come a cycle after its operands).
+    """
+
+    def __init__(self, cfg):
+        if cfg.multiply_latency != 1:
+            raise ValueError(f"the iCE40 UltraPlus's cells share SB_MAC16 blocks, whose "
+                             f"products come a cycle after the operands: multiply_latency "
+                             f"must be 1 there, not {cfg.multiply_latency}")
+        super().__init__(cfg)
+        self._pairs, self._single = self._dsp_pairs()
+        # The DSP's 16-bit adders hold the partial sums of the top two rows.
+        self._summed = {(i, j) for i in range(min(cfg.rows, 2)) for j in range(cfg.cols)}
+
+    def _dsp_pairs(self):
+        """The cells that share a DSP: ``(pairs, single)``. ``pairs`` are two cells of one
+        anti-diagonal (``i + j`` equal: a switch flag reaches both in the same cycle); the
+        cells left over, one per odd diagonal, are paired in ``single`` (the last alone
+        when their count is odd)."""
+        cfg = self._cfg
+        pairs, rest = [], []
+        for diagonal in range(cfg.rows + cfg.cols - 1):
+            cells = [(i, diagonal - i) for i in range(cfg.rows) if 0 <= diagonal - i < cfg.cols]
+            pairs += [tuple(cells[k:k + 2]) for k in range(0, len(cells) - 1, 2)]
+            if len(cells) % 2:
+                rest.append(cells[-1])
+        single = [tuple(rest[k:k + 2]) for k in range(0, len(rest), 2)]
+        return pairs, single
+
+    def _cells(self):
+        cfg = self._cfg
+        outside = {cell for pair in self._pairs for cell in pair}
+        return [[SharedMultiplierCell(operand_shape=cfg.operand_shape,
+                                      acc_shape=self._cell_accumulator_shape(i),
+                                      active_outside=(i, j) in outside,
+                                      sum_outside=(i, j) in self._summed)
+                 for j in range(cfg.cols)] for i in range(cfg.rows)]
+
+    def _share_multipliers(self, m, pes):
+        """A DualMultiplier for each pair of cells: with the active weights in its B
+        register for two cells of one anti-diagonal (their switch flag loads it)."""
+        for k, (pair, same_diagonal) in enumerate([(p, True) for p in self._pairs] +
+                                                  [(p, False) for p in self._single]):
+            m.submodules[f"dsp_{k}"] = dsp = DualMultiplier(
+                self._cfg.operand_shape, registered_b=same_diagonal,
+                summed=[half for cell, half in zip(pair, ("high", "low"))
+                        if cell in self._summed])
+            for (i, j), half in zip(pair, ("high", "low")):
+                pe = pes[i][j]
+                m.d.comb += [getattr(dsp, f"{half}_a").eq(pe.factor_act),
+                             getattr(dsp, f"{half}_b").eq(pe.factor_weight),
+                             pe.product.eq(getattr(dsp, half))]
+                if (i, j) in self._summed:
+                    m.d.comb += getattr(dsp, f"{half}_addend").eq(pe.addend)
+            if same_diagonal:
+                i, j = pair[0]
+                m.d.comb += dsp.load_b.eq(pes[i][j].switch_in)
+            elif len(pair) == 1:        # an odd cell count: the DSP's other half idles
+                m.d.comb += [dsp.low_a.eq(0), dsp.low_b.eq(0)]
+
+
+def systolic_array(cfg, platform):
+    """The systolic array for ``platform``: :class:`SharedDSPSystolicArray` where the
+    products go into SB_MAC16 blocks (an iCE40 UltraPlus, operands of 8 bits or fewer),
+    else :class:`SystolicArray`."""
+    shared = uses_sb_mac16(platform, cfg.operand_shape)
+    return (SharedDSPSystolicArray if shared else SystolicArray)(cfg)

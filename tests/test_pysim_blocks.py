@@ -103,6 +103,21 @@ def test_systolic_array_timing_and_products(cfg):
     run_pysim(SystolicArray(cfg), blocks_tb.bench_array, cfg, rng_for("array", cfg))
 
 
+def test_systolic_array_form_follows_the_platform():
+    """The iCE40 UltraPlus gets the array whose cells share its SB_MAC16s (whose products
+    come a cycle late, so it refuses any other multiply latency); other targets a
+    multiplier per cell."""
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+    from tpuer.hw.systolic_array import SharedDSPSystolicArray, systolic_array
+    cfg = Config(rows=2, cols=3)
+    assert type(systolic_array(cfg, ICEBreakerPlatform())) is SharedDSPSystolicArray
+    assert type(systolic_array(cfg, ULX3S_85F_Platform())) is SystolicArray
+    assert type(systolic_array(cfg, None)) is SystolicArray
+    with pytest.raises(ValueError, match="multiply_latency must be 1 there, not 2"):
+        systolic_array(Config(rows=2, cols=3, multiply_latency=2), ICEBreakerPlatform())
+
+
 @pytest.mark.parametrize("cfg", PYSIM_CONFIGS, ids=lambda c: c.name)
 def test_weight_fifo_order_and_back_pressure(cfg):
     run_pysim(WeightFIFO(cfg), blocks_tb.bench_weight_fifo, cfg, rng_for("fifo", cfg))
