@@ -12,7 +12,7 @@ from .activation_units import activation_latency
 from .matmul_feed import matmul_feed
 from .matrix_unit import matrix_unit, matrix_unit_latency
 from .read_ports import read_ports
-from .unified_buffer import UnifiedBuffer
+from .unified_buffer import unified_buffer
 
 __all__ = ["Datapath", "command_layouts"]
 
@@ -146,7 +146,7 @@ class Datapath(wiring.Component):
         cfg = self._cfg
         m = Module()
         tag = command_layouts(cfg)["matmul_tag"]
-        m.submodules.ub = ub = UnifiedBuffer(cfg)
+        m.submodules.ub = ub = unified_buffer(cfg)
         m.submodules.mxu = mxu = matrix_unit(cfg, tag_shape=tag)
         # On an iCE40 each accumulator lane is written as its column leaves the array, so
         # that no de-skew registers line the columns up.

@@ -42,13 +42,13 @@ def blocks():
     from .datapath import Datapath
     from .matrix_unit import matrix_unit
     from .systolic_array import SystolicArray
-    from .unified_buffer import UnifiedBuffer
+    from .unified_buffer import unified_buffer
     from .weight_fifo import WeightFIFO
     return {
         "matrix_unit": matrix_unit,
         "systolic_array": SystolicArray,
         "weight_fifo": WeightFIFO,
-        "unified_buffer": UnifiedBuffer,
+        "unified_buffer": unified_buffer,
         "accumulators": AccumulatorMemory,
         "activation": activation_unit,
         "datapath": Datapath,

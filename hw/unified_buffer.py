@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from .block_ram import BlockRAM
 from .memory_ports import bounded_read
 
-__all__ = ["UnifiedBuffer"]
+__all__ = ["UnifiedBuffer", "RegisteredUnifiedBuffer", "unified_buffer"]
 
 
 class UnifiedBuffer(wiring.Component):
@@ -24,23 +24,27 @@ class UnifiedBuffer(wiring.Component):
     read_addr, read_en : In
         Read request.
     read_data : Out(ArrayLayout(operand, ub_lanes))
-        The row requested ``cfg.memory_read_latency`` cycles before (held until the next
-        request's row).
+        The row requested in the cycle before (held until the next request's row).
     write_addr, write_data, write_mask, write_en : In
         Write request; lane ``k`` is written when bit ``k`` of ``write_mask`` is set.
     range_error : Out(1)
         An out-of-range address was presented with its enable in the previous cycle.
 
-    Latency: a read returns data ``cfg.memory_read_latency`` cycles (1 or 2) after its
-    request; with 2 the word goes through the block RAM's own output register (see
-    :class:`~tpuer.hw.block_ram.BlockRAM`) before any logic. A write
-    requested in cycle ``t`` is seen by a read requested in cycle ``t + 1`` or later; a read
-    of the row being written in the same cycle returns the old row, or on an iCE40 (and on
-    an ECP5 with ``cfg.memory_read_latency`` 2) an undefined one (the memory is block RAM
-    without Yosys's bypass there; the sequencer never lets the two meet).
+    Latency: a read returns data a cycle after its request, for ``cfg.memory_read_latency``
+    1. A write requested in cycle ``t`` is seen by a read requested in cycle ``t + 1`` or
+    later; a read of the row being written in the same cycle returns the old row, or on an
+    iCE40 an undefined one (the memory is block RAM without Yosys's bypass there; the
+    sequencer never lets the two meet).
     """
 
+    #: The ``cfg.memory_read_latency`` this form serves.
+    READ_LATENCY = 1
+
     def __init__(self, cfg):
+        if cfg.memory_read_latency != self.READ_LATENCY:
+            raise ValueError(f"a {type(self).__name__} reads in {self.READ_LATENCY} "
+                             f"cycle(s), not the configuration's {cfg.memory_read_latency}: "
+                             f"unified_buffer(cfg) picks the form")
         self._cfg = cfg
         self.row_layout = data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes)
         super().__init__({
@@ -61,15 +65,8 @@ class UnifiedBuffer(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        registered = cfg.memory_read_latency == 2   # the memory's own output register
-        m.submodules.storage = storage = BlockRAM(
-            width=self.row_layout.size, depth=cfg.ub_depth, granularity=cfg.operand_width,
-            registered_output=registered)
-
-        read_data, read_bad = bounded_read(
-            m, storage.read_addr, storage.read_en, storage.read_data, addr=self.read_addr,
-            en=self.read_en, depth=cfg.ub_depth, latency=cfg.memory_read_latency,
-            port_output_en=storage.output_en if registered else None)
+        m.submodules.storage = storage = self._storage()
+        read_data, read_bad = self._read(m, storage)
         write_ok = self.write_addr < cfg.ub_depth
         m.d.comb += [
             self.read_data.eq(read_data),
@@ -80,3 +77,42 @@ class UnifiedBuffer(wiring.Component):
         ]
         m.d.sync += self.range_error.eq(read_bad | (self.write_en & ~write_ok))
         return m
+
+    def _storage(self):
+        cfg = self._cfg
+        return BlockRAM(width=self.row_layout.size, depth=cfg.ub_depth,
+                        granularity=cfg.operand_width)
+
+    def _read(self, m, storage):
+        return bounded_read(m, storage.read_addr, storage.read_en, storage.read_data,
+                            addr=self.read_addr, en=self.read_en, depth=self._cfg.ub_depth)
+
+
+class RegisteredUnifiedBuffer(UnifiedBuffer):
+    """A :class:`UnifiedBuffer` whose read goes through the block RAM's own output register
+    (see :class:`~tpuer.hw.block_ram.BlockRAM`) before any logic, for fast clocks.
+
+    Latency: a read returns data 2 cycles after its request, for
+    ``cfg.memory_read_latency`` 2; a read of the row being written in the same cycle
+    returns an undefined row (the sequencer never lets the two meet). Writes as
+    :class:`UnifiedBuffer`'s.
+    """
+
+    READ_LATENCY = 2
+
+    def _storage(self):
+        cfg = self._cfg
+        return BlockRAM(width=self.row_layout.size, depth=cfg.ub_depth,
+                        granularity=cfg.operand_width, registered_output=True)
+
+    def _read(self, m, storage):
+        return bounded_read(m, storage.read_addr, storage.read_en, storage.read_data,
+                            addr=self.read_addr, en=self.read_en, depth=self._cfg.ub_depth,
+                            latency=2, port_output_en=storage.output_en)
+
+
+def unified_buffer(cfg):
+    """The Unified Buffer ``cfg`` asks for: :class:`RegisteredUnifiedBuffer` for
+    ``cfg.memory_read_latency`` 2, else :class:`UnifiedBuffer`."""
+    kind = RegisteredUnifiedBuffer if cfg.memory_read_latency == 2 else UnifiedBuffer
+    return kind(cfg)

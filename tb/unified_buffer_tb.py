@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..hw.unified_buffer import UnifiedBuffer
+from ..hw.unified_buffer import unified_buffer
 from ..sim.unified_buffer_model import UnifiedBufferModel
 from .harness import reference_instance
 from .memory_checks import MemoryPorts, check_memory, clearing_writes
@@ -30,7 +30,7 @@ def _schedule(cfg, rng, cycles, *, values, hot_addresses=None):
 async def _run(io, cfg, schedule, read_meets_write="old"):
     """``read_meets_write``: what a read of the row written in the same cycle returns,
     ``"old"`` (checked) or ``"undefined"`` (the block RAM without a bypass; not checked)."""
-    dut = reference_instance(UnifiedBuffer(cfg))
+    dut = reference_instance(unified_buffer(cfg))
     zeros = np.zeros(cfg.ub_lanes, dtype=np.int64)
     everything = np.ones(cfg.ub_lanes, dtype=bool)
     schedule = clearing_writes(cfg.ub_depth, lambda addr: {

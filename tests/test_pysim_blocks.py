@@ -118,6 +118,15 @@ def test_systolic_array_form_follows_the_platform():
         systolic_array(Config(rows=2, cols=3, multiply_latency=2), ICEBreakerPlatform())
 
 
+def test_unified_buffer_form_follows_the_read_latency():
+    from tpuer.hw.unified_buffer import RegisteredUnifiedBuffer, UnifiedBuffer, unified_buffer
+    assert type(unified_buffer(Config(rows=2, cols=2))) is UnifiedBuffer
+    slow = Config(rows=2, cols=2, memory_read_latency=2)
+    assert type(unified_buffer(slow)) is RegisteredUnifiedBuffer
+    with pytest.raises(ValueError, match="reads in 1 cycle.*unified_buffer"):
+        UnifiedBuffer(slow)
+
+
 @pytest.mark.parametrize("cfg", PYSIM_CONFIGS, ids=lambda c: c.name)
 def test_weight_fifo_order_and_back_pressure(cfg):
     run_pysim(WeightFIFO(cfg), blocks_tb.bench_weight_fifo, cfg, rng_for("fifo", cfg))
