@@ -163,13 +163,6 @@ def clamped_output(cfg, truncated, round_up, beyond, zero_point, relu):
     return Mux(relu & negative, zero_point, Mux(beyond, limit, value))
 
 
-def clamped(cfg, value, zero_point, relu):
-    """The end of stage 4b: ``value`` (the rounded value plus the zero point) clamped to the
-    operand range, from the zero point up with ReLU."""
-    value, _ = saturate(value, cfg.operand_shape)
-    return Mux(relu & (value < zero_point), zero_point, value)
-
-
 class ActivationUnit(wiring.Component):
     """Requantises one row of ``cfg.cols`` accumulator words per cycle, gemmlowp / TFLite
     style, lane by lane::

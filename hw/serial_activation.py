@@ -5,7 +5,7 @@ its logic."""
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 
-from .activation import ActivationSignature, ActivationUnit, biased, clamped
+from .activation import ActivationSignature, ActivationUnit, biased, clamped_output
 from ..isa import ConfigParam
 from .block_ram import BlockRAM
 from .arith import saturate
@@ -41,8 +41,10 @@ class SerialActivationUnit(wiring.Component):
     * :data:`SERIAL_SHIFT_CYCLES`: the right shift, a bit per cycle while ``shift`` lasts,
       keeping the last bit shifted out and whether any before it was set (which is all that
       rounding half away from zero needs);
-    * 1: rounding and the zero point;
-    * 1: the clamp; the byte goes into the output row, which shifts down a lane.
+    * 1: whether the shifted value lies beyond ``operand_width + 1`` signed bits;
+    * 1: rounding, the zero point and the clamp, as the all-lanes unit's
+      (:func:`~tpuer.hw.activation.clamped_output`); the byte goes into the output row,
+      which shifts down a lane.
 
     Members: those of :class:`~tpuer.hw.activation.ActivationSignature`; ``param_write``
     is taken only while ``busy`` is low.
@@ -105,10 +107,11 @@ class SerialActivationUnit(wiring.Component):
                            reset_less=True)                         # running sum >> bits done
         # Of the sum's finished low bits only bit 31 counts: it is in the digit finished last.
         low_digit = Signal(digit_bits, reset_less=True)     # written by every digit step
-        value = Signal(signed(33), reset_less=True)     # being shifted right, then rounded
+        value = Signal(signed(32), reset_less=True)     # the high half, shifted right
         shifts_left = Signal(cfg.shift_shape)
         last_out = Signal()           # the bit last shifted out of ``value``
         sticky = Signal()             # some bit shifted out before it was set
+        beyond = Signal()             # the shifted value is beyond the clamp's reach
 
         output_free = ~self.o.valid | self.o.ready
         m.d.comb += self.busy.eq(running | self.o.valid)
@@ -171,13 +174,16 @@ class SerialActivationUnit(wiring.Component):
                                  sticky.eq(sticky | last_out), shifts_left.eq(shifts_left - 1)]
 
             with m.Elif(phase == ROUND):
+                # Whether the shifted value lies beyond operand_width + 1 signed bits, where
+                # no zero point brings it back into the operand range.
+                upper = value[cfg.operand_width:]
+                m.d.sync += beyond.eq(upper != value[-1].replicate(len(upper)))
+
+            with m.Elif(phase == OUTPUT):
                 # value >> shift rounds up when the bit below it is set and, for a negative
                 # value, some bit below that too: exactly gemmlowp's remainder > threshold.
                 round_up = last_out & (~value[-1] | sticky)
-                m.d.sync += value.eq(value + round_up + p.zero_point)
-
-            with m.Elif(phase == OUTPUT):
-                out = clamped(cfg, value, p.zero_point, p.relu)
+                out = clamped_output(cfg, value, round_up, beyond, p.zero_point, p.relu)
                 m.d.sync += [self.o.payload.data.as_value().eq(
                                  Cat(self.o.payload.data.as_value()[cfg.operand_width:],
                                      out[:cfg.operand_width])),
