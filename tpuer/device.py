@@ -239,9 +239,13 @@ class Device:
         from .compiler import (compile_model, segment_outputs, segment_steps,
                                segment_templates)
         from .quantize import QuantizedModel
+        from .tflite_model import TFLiteModel
+        if isinstance(model, TFLiteModel):
+            return self._run_tflite(model, x, progress=progress, max_cycles=max_cycles)
         if not isinstance(model, QuantizedModel):
-            raise TypeError(f"model must be a tpuer.QuantizedModel (from tpuer.quantize), "
-                            f"not {type(model).__name__}")
+            raise TypeError(f"model must be a tpuer.QuantizedModel (from tpuer.quantize) or "
+                            f"a tpuer.TFLiteModel (from tpuer.from_tflite), not "
+                            f"{type(model).__name__}")
         model.check_input(x)
         budget = self._budget(max_cycles)
         plan = compile_model(self.config, model)
@@ -283,6 +287,40 @@ class Device:
             bar.close()
         self._set_stats({**totals, "macs": model.macs_per_sample * batch, "programs": programs})
         return act
+
+    def _run_tflite(self, model, x, *, progress, max_cycles):
+        """:meth:`run` of a TFLite model: each matrix operator's int8 product on the TPU
+        (:meth:`matmul`), the rest on the host as LiteRT's reference kernels compute it."""
+        model.check_input(x)
+        budget = self._budget(max_cycles)
+        on_tpu = sum(operation.on_tpu for operation in model.operations)
+        totals = dict.fromkeys(("cycles", "mxu_busy_cycles", "weight_stall_cycles",
+                                "instructions", "macs", "programs"), 0)
+        bar = self._progress(progress, 0, on_tpu, "tpuer run")
+        done = 0
+
+        def matmul(a, b):
+            nonlocal done
+            left = budget - (totals["cycles"] or 0)
+            if left < 1:
+                raise CycleBudgetError(f"the model used its budget of max_cycles={budget:,} "
+                                       f"before its operator {done + 1} on the TPU")
+            product = self.matmul(a, b, max_cycles=left, progress=False)
+            for name in totals:
+                value = self.stats.get(name)
+                totals[name] = None if value is None or totals[name] is None \
+                    else totals[name] + value
+            done += 1
+            bar.update(done)
+            return product
+
+        try:
+            result = model.run(x, matmul)
+        finally:
+            bar.close()
+        # Useful products only (a depthwise convolution multiplies zeros off its diagonal).
+        self._set_stats({**totals, "macs": model.macs_per_sample() * len(x)})
+        return result
 
     def _set_stats(self, stats):
         """Keep ``stats``; a back end with a serial link adds the retransmissions it

@@ -1,0 +1,198 @@
+"""TFLite models against LiteRT's interpreter with its reference kernels
+(``OpResolverType.BUILTIN_REF``), the oracle: every supported operator and fused
+activation, on random and edge-case inputs, in NumPy and on the TPU's back ends; and the
+errors for files and models tpuer cannot run.
+
+The models in ``tests/data/tflite`` were made by ``tools/make_tflite_models.py``
+(TensorFlow's converter, full-integer int8); the tests need only the interpreter."""
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tpuer
+from tpuer import tflite_kernels as kernels
+from tpuer.tflite_model import TFLiteError, from_tflite
+
+from conftest import require_simulator, seed
+from test_device import SMALL       # the simulators built for its tests serve these too
+
+MODELS = Path(__file__).parent / "data" / "tflite"
+RUNNABLE = ["dense", "conv", "depthwise", "pool", "residual", "float_io"]
+#: Which operators (and fused activations) each model holds: the test below checks that
+#: together they cover everything tpuer says it runs.
+COVERED = {
+    "dense": {"FULLY_CONNECTED", "RELU", "RELU6", "NONE"},
+    "conv": {"CONV_2D", "RESHAPE", "FULLY_CONNECTED", "RELU", "RELU6", "NONE"},
+    "depthwise": {"DEPTHWISE_CONV_2D", "CONV_2D", "RELU_N1_TO_1", "RELU", "NONE"},
+    "pool": {"PAD", "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN", "SOFTMAX"},
+    "residual": {"ADD", "MEAN", "SOFTMAX"},
+    "float_io": {"QUANTIZE", "DEQUANTIZE"},
+}
+
+
+def litert(name, x):
+    """The output of model ``name`` for ``x`` by LiteRT's reference kernels."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    interpreter = Interpreter(model_path=str(MODELS / f"{name}.tflite"),
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    index = interpreter.get_input_details()[0]["index"]
+    interpreter.resize_tensor_input(index, x.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(index, x)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+
+def inputs(model, rng, batch):
+    """Random samples of the model's input type, and the edge cases: every value the
+    lowest, the highest, the zero point."""
+    shape = (batch, *model.input_shape)
+    if model.input.dtype == np.float32:
+        # Through the leading QUANTIZE: its scale's halves are the ties of its rounding.
+        scale, _ = model.tensors[model.operations[0].outputs[0]].quantization
+        random = (rng.normal(size=shape) * 100 * float(scale)).astype(np.float32)
+        ties = (rng.integers(-300, 300, size=shape) + 0.5) * np.float32(scale)
+        edges = np.stack([np.full(model.input_shape, v, np.float32)
+                          for v in (-1e30, 1e30, 0.0, -0.0)])
+        return np.concatenate([random, ties.astype(np.float32), edges])
+    random = rng.integers(-128, 128, size=shape).astype(np.int8)
+    _, zero = model.input.quantization
+    edges = np.stack([np.full(model.input_shape, v, np.int8) for v in (-128, 127, zero)])
+    return np.concatenate([random, edges])
+
+
+def rng_for(name):
+    return np.random.default_rng([seed(), zlib.crc32(name.encode())])
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_reference_equals_litert(name):
+    model = from_tflite(MODELS / f"{name}.tflite")
+    x = inputs(model, rng_for(name), 61)
+    expected = litert(name, x)
+    y = model.reference(x)
+    assert y.dtype == expected.dtype and y.shape == expected.shape
+    mismatched = np.argwhere(y != expected)
+    assert len(mismatched) == 0, f"{len(mismatched)} values differ, first at {mismatched[0]}"
+
+
+def test_the_models_cover_every_supported_operator_and_activation():
+    seen = set()
+    for name, covered in COVERED.items():
+        model = from_tflite(MODELS / f"{name}.tflite")
+        names = {op.name for op in model.operations}
+        activations = {getattr(op, "activation", None) for op in model.operations} - {None}
+        assert covered <= names | activations, f"{name}: {covered - names - activations}"
+        seen |= names | activations
+    supported = set(tpuer.tflite_model.SUPPORTED_OPERATORS) - {"PADV2", "SQUEEZE",
+                                                                "EXPAND_DIMS"}
+    assert supported | {"NONE", "RELU", "RELU6", "RELU_N1_TO_1"} <= seen
+
+
+@pytest.mark.parametrize("name", ["conv", "depthwise", "residual", "float_io"])
+def test_golden_device_equals_litert(name):
+    model = from_tflite(MODELS / f"{name}.tflite")
+    x = inputs(model, rng_for(name), 5)
+    device = tpuer.Device(tpuer.Config(rows=4, cols=4))
+    y = device.run(model, x)
+    np.testing.assert_array_equal(y, litert(name, x))
+    assert device.stats["macs"] == model.macs_per_sample() * len(x)
+    assert device.stats["programs"] > 0 and device.stats["cycles"] > 0
+
+
+@pytest.mark.parametrize("backend", ["pysim", "verilator", "icarus"])
+def test_simulated_device_equals_litert(backend):
+    if backend != "pysim":
+        require_simulator(backend)
+    model = from_tflite(MODELS / "depthwise.tflite")
+    x = inputs(model, rng_for(backend), 1)[:2]
+    device = tpuer.Device(SMALL, backend=backend)
+    np.testing.assert_array_equal(device.run(model, x), litert("depthwise", x))
+    golden = tpuer.Device(SMALL)
+    golden.run(model, x)
+    assert device.stats == golden.stats
+
+
+def test_mapping_names_each_operator_and_where_it_runs():
+    model = from_tflite(MODELS / "residual.tflite")
+    rows = model.mapping()
+    assert [(index, name, where) for index, name, where, _ in rows] == [
+        (0, "CONV_2D", "TPU"), (1, "CONV_2D", "TPU"), (2, "ADD", "host"), (3, "MEAN", "host"),
+        (4, "FULLY_CONNECTED", "TPU"), (5, "SOFTMAX", "host")]
+    # 8x8 positions, 3x3 windows of 4 channels, 4 filters; then 4 inputs to 5 outputs.
+    assert [macs for *_, macs in rows] == [64 * 36 * 4, 64 * 36 * 4, 0, 0, 20, 0]
+
+
+# --- errors ------------------------------------------------------------------------------
+
+def test_unsupported_operator_is_named_with_its_index():
+    with pytest.raises(TFLiteError, match=r"operator 1 \(TANH\) is not supported"):
+        from_tflite(MODELS / "unsupported_tanh.tflite")
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda data: b"", "not a TFLite model"),
+    (lambda data: b"\x00" * 64, "not a TFLite model"),
+    (lambda data: data[:len(data) // 3], "damaged"),
+])
+def test_bad_files_give_clear_errors(damage, message):
+    data = (MODELS / "dense.tflite").read_bytes()
+    with pytest.raises(TFLiteError, match=message):
+        from_tflite(damage(data))
+
+
+def test_missing_file_and_wrong_source_type():
+    with pytest.raises(TFLiteError, match="cannot read"):
+        from_tflite(MODELS / "no_such_model.tflite")
+    with pytest.raises(TypeError, match="path or bytes"):
+        from_tflite(42)
+
+
+def test_wrong_inputs_are_refused():
+    model = from_tflite(MODELS / "conv.tflite")
+    good = np.zeros((2, *model.input_shape), np.int8)
+    with pytest.raises(TypeError, match="dtype int8"):
+        model.reference(good.astype(np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        model.reference(good[:, :-1])
+    with pytest.raises(ValueError, match="no samples"):
+        model.reference(good[:0])
+    with pytest.raises(TypeError, match="NumPy array"):
+        model.reference(good.tolist())
+    floats = from_tflite(MODELS / "float_io.tflite")
+    with pytest.raises(ValueError, match="NaN"):
+        floats.reference(np.full((1, *floats.input_shape), np.nan, np.float32))
+
+
+# --- the kernels' arithmetic -------------------------------------------------------------
+
+def test_round_half_away_from_zero():
+    values = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, -0.3, 2.7])
+    assert kernels.round_half_away(values).tolist() == [1, 2, 3, -1, -2, -3, 0, 0, 3]
+
+
+def test_tflite_multiplier_rounds_ties_away_and_carries():
+    # 0.75 = 0.75 * 2**0: mantissa 0.75, multiplier 0.75 * 2**31.
+    assert kernels.tflite_multiplier(0.75) == (3 << 29, 0)
+    # A mantissa whose 2**31 multiple ends in exactly one half rounds up, not to even.
+    mantissa = (2 * 1234567890 + 1) / 2 ** 32
+    assert kernels.tflite_multiplier(mantissa) == (1234567891, 0)
+    # Just below 1: the rounding reaches 2**31, which becomes 2**30 with the exponent up.
+    assert kernels.tflite_multiplier(1 - 2 ** -40) == (1 << 30, 1)
+    assert kernels.tflite_multiplier(3.0) == (3 << 29, 2)
+    assert kernels.tflite_multiplier(0.0) == (0, 0)
+    assert kernels.tflite_multiplier(2.0 ** -40) == (0, 0)
+
+
+def test_multiply_by_quantized_multiplier_left_and_right():
+    x = np.array([1000, -1000, 7, -7])
+    # A scale of 3 (left shift 2 of 0.75): exact.
+    assert kernels.multiply_by_quantized_multiplier(x, 3 << 29, 2).tolist() == \
+        [3000, -3000, 21, -21]
+    # A scale of 0.75 / 4 = 0.1875: 187.5 -> 188, -187.5 -> -188 (halves away from zero
+    # after the high multiply), 1.3125 -> 1.
+    assert kernels.multiply_by_quantized_multiplier(x, 3 << 29, -2).tolist() == \
+        [188, -188, 1, -1]

@@ -1,0 +1,632 @@
+"""TFLite int8 models: read with the ``tflite`` package (the flatbuffer schema's own Python
+classes), checked, and run bit-exactly as LiteRT's reference kernels run them.
+
+:func:`from_tflite` returns a :class:`TFLiteModel`. Its matrix operators
+(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D) are int8 matrix products, which
+``tpuer.Device.run`` computes on the TPU; everything else, and the requantisation that
+ends those operators, is computed on the host by :mod:`tpuer.tflite_kernels`.
+"""
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import tflite_kernels as kernels
+
+__all__ = ["TFLiteError", "TFLiteModel", "TensorInfo", "from_tflite", "SUPPORTED_OPERATORS"]
+
+ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+PADDINGS = {0: "SAME", 1: "VALID"}
+#: The operators that only compute a RESHAPE's shape (what Keras's Flatten becomes with a
+#: free batch size): dropped, since tpuer reshapes to the output tensor's own shape.
+SHAPE_OPERATORS = {"SHAPE", "STRIDED_SLICE", "PACK", "CONCATENATION", "GATHER", "SLICE"}
+
+
+class TFLiteError(ValueError):
+    """A TFLite model tpuer cannot read or run; the message says which part and why."""
+
+
+@dataclass(frozen=True, eq=False)
+class TensorInfo:
+    """A tensor of the model: ``shape`` as the file gives it (its first axis the batch),
+    ``dtype``, its quantisation (``scale`` float32 and ``zero_point`` per channel along
+    ``axis``, or ``None``), and ``data`` for a constant."""
+    index: int
+    name: str
+    shape: tuple
+    dtype: np.dtype
+    scale: np.ndarray | None
+    zero_point: np.ndarray | None
+    axis: int
+    data: np.ndarray | None
+
+    @property
+    def quantization(self):
+        """``(scale, zero_point)`` of a per-tensor quantised tensor (scale a float32)."""
+        return np.float32(self.scale[0]), int(self.zero_point[0])
+
+
+_DTYPES = {0: np.float32, 2: np.int32, 3: np.uint8, 4: np.int64, 7: np.int16, 9: np.int8,
+           10: np.float64}
+
+
+class Operation:
+    """One operator of the model: ``index`` in the file, ``name`` (TFLite's), tensor
+    indices ``inputs`` and ``outputs``. ``on_tpu`` says whether its product runs on the
+    TPU."""
+
+    on_tpu = False
+
+    def __init__(self, model, index, name, inputs, outputs, options):
+        self.index, self.name = index, name
+        self.inputs, self.outputs = tuple(inputs), tuple(outputs)
+        self.options = options
+        self._check(model)
+
+    def where(self):
+        return f"operator {self.index} ({self.name})"
+
+    def _fail(self, problem):
+        raise TFLiteError(f"{self.where()}: {problem}")
+
+    def _tensor(self, model, position, *, dtypes=(np.int8,), constant=None):
+        index = self.inputs[position] if position >= 0 else self.outputs[0]
+        if index < 0:
+            self._fail(f"input {position} is missing")
+        tensor = model.tensors[index]
+        if np.dtype(tensor.dtype) not in [np.dtype(d) for d in dtypes]:
+            self._fail(f"tensor {tensor.name!r} has type {np.dtype(tensor.dtype).name}; "
+                       f"tpuer runs {' or '.join(np.dtype(d).name for d in dtypes)} here")
+        if constant is True and tensor.data is None:
+            self._fail(f"tensor {tensor.name!r} must be a constant in the file")
+        if constant is False and tensor.data is not None:
+            self._fail(f"tensor {tensor.name!r} is a constant, not an activation")
+        if np.dtype(tensor.dtype) == np.int8 and tensor.scale is None:
+            self._fail(f"tensor {tensor.name!r} is int8 without quantisation parameters")
+        return tensor
+
+    def _activation(self):
+        """The fused activation (kept as ``activation``), refused unless a clamp."""
+        activation = ACTIVATIONS.get(self.options.get("activation", 0), "UNKNOWN")
+        if activation not in ("NONE", "RELU", "RELU6", "RELU_N1_TO_1"):
+            self._fail(f"the fused activation {activation} is not supported (NONE, RELU, "
+                       f"RELU6 and RELU_N1_TO_1 are)")
+        self.activation = activation
+        return activation
+
+    def _check(self, model):
+        """Refuse what this operator cannot compute exactly (a :class:`TFLiteError`)."""
+
+    def run(self, model, values, matmul):
+        """Compute the outputs into ``values`` (tensor index -> array) from the inputs."""
+        raise NotImplementedError
+
+    def macs(self, model, batch=1):
+        """Multiply-accumulates of the operator's product for ``batch`` samples (0 off the
+        TPU)."""
+        return 0
+
+
+class _MatrixOperation(Operation):
+    """An operator whose core is an int8 product, ``rows @ weights``; the requantisation
+    after it follows the kernel's own arithmetic."""
+
+    on_tpu = True
+
+    def _check(self, model):
+        self._input = self._tensor(model, 0, constant=False)
+        self._filter = self._tensor(model, 1, constant=True)
+        self._output = self._tensor(model, -1, constant=False)
+        self._bias = None
+        if len(self.inputs) > 2 and self.inputs[2] >= 0:
+            self._bias = self._tensor(model, 2, dtypes=(np.int32,), constant=True)
+        self.bounds = kernels.activation_range(self._activation(),
+                                               *self._output.quantization)
+        for tensor in (self._input, self._output):
+            if len(tensor.scale) != 1:
+                self._fail(f"tensor {tensor.name!r} is quantised per channel; only weights "
+                           f"may be")
+
+    def _channels(self):
+        return self._filter.shape[0]
+
+    def _filter_scales(self):
+        scales = self._filter.scale.astype(np.float32)
+        if len(scales) == 1:
+            return np.repeat(scales, self._channels())
+        if len(scales) != self._channels():
+            self._fail(f"its weights have {len(scales)} scales for {self._channels()} "
+                       f"output channels")
+        return scales
+
+    def _filter_zero_points(self):
+        zeros = np.asarray(self._filter.zero_point, np.int64)
+        return np.repeat(zeros, self._channels()) if len(zeros) == 1 else zeros
+
+    def _effective_scales(self):
+        """``s_in * s_w / s_out`` per output channel, in float64 from the float32 scales,
+        as the kernels' Prepare computes it."""
+        input_scale, _ = self._input.quantization
+        output_scale, _ = self._output.quantization
+        return np.array([float(input_scale) * float(scale) / float(output_scale)
+                         for scale in self._filter_scales()])
+
+    def _product(self, rows, weights, matmul):
+        """``(rows - z_in) @ (weights - z_w) + bias``, int64, the product on ``matmul``."""
+        _, input_zero = self._input.quantization
+        bias = None if self._bias is None else self._bias.data
+        return kernels.integer_product(rows, weights, input_zero_point=input_zero,
+                                       weight_zero_point=self._filter_zero_points(),
+                                       bias=bias, matmul=matmul)
+
+
+class FullyConnected(_MatrixOperation):
+    """FULLY_CONNECTED: ``x (.., K) @ W.T``; requantised in float64 as its reference kernel
+    does (``round(acc * s_in * s_w / s_out)``)."""
+
+    def _check(self, model):
+        super()._check(model)
+        if self.options.get("weights_format", 0) != 0:
+            self._fail("shuffled weights are not supported")
+        self._weights = self._filter.data.reshape(self._filter.shape).T.copy()   # (K, N)
+
+    def run(self, model, values, matmul):
+        x = values[self.inputs[0]]
+        k = self._weights.shape[0]
+        if x.size % (len(x) * k):
+            self._fail(f"its input of shape {x.shape} does not split into rows of {k}")
+        rows = x.reshape(-1, k)
+        acc = self._product(rows, self._weights, matmul)
+        _, output_zero = self._output.quantization
+        y = kernels.requantize_float(acc, self._effective_scales(), output_zero, self.bounds)
+        shape = (*x.shape[:-1], y.shape[-1]) if self.options.get("keep_num_dims") else y.shape
+        values[self.outputs[0]] = y.reshape(shape)
+
+    def macs(self, model, batch=1):
+        rows = int(np.prod(self._input.shape)) // self._weights.shape[0]
+        return batch * rows * self._weights.size
+
+
+class _Convolution(_MatrixOperation):
+    """CONV_2D and DEPTHWISE_CONV_2D: windows of the input (im2col, the padding holding the
+    input zero point) times the filters; requantised by TFLite's fixed-point multiplier
+    and two roundings."""
+
+    def _check(self, model):
+        super()._check(model)
+        if len(self._input.shape) != 4:
+            self._fail(f"its input has shape {self._input.shape}, not (N, H, W, C)")
+        self._multipliers = [kernels.tflite_multiplier(scale)
+                             for scale in self._effective_scales()]
+
+    def _geometry(self, height, width):
+        kh, kw = self._kernel()
+        o = self.options
+        stride, dilation = (o["stride_h"], o["stride_w"]), (o["dilation_h"], o["dilation_w"])
+        padding = PADDINGS[o["padding"]]
+        out = tuple(kernels.output_size(size, f, s, d, padding)
+                    for size, f, s, d in zip((height, width), (kh, kw), stride, dilation))
+        before = tuple(kernels.same_padding(size, f, s, d, n) if padding == "SAME" else 0
+                       for size, f, s, d, n in zip((height, width), (kh, kw), stride,
+                                                   dilation, out))
+        return (kh, kw), stride, dilation, before, out
+
+    def _windows(self, x):
+        _, input_zero = self._input.quantization
+        kernel, stride, dilation, before, out = self._geometry(*x.shape[1:3])
+        return kernels.patches(x, kernel, stride, dilation, before, out, input_zero), out
+
+    def run(self, model, values, matmul):
+        x = values[self.inputs[0]]
+        windows, (oh, ow) = self._windows(x)
+        rows = windows.reshape(len(x) * oh * ow, -1)
+        y = self._requantize(self._product(rows, self._weights, matmul))
+        values[self.outputs[0]] = y.reshape(len(x), oh, ow, -1)
+
+    def macs(self, model, batch=1):
+        """The useful products: ``_useful`` per output position."""
+        _, _, _, _, (oh, ow) = self._geometry(*self._input.shape[1:3])
+        return batch * oh * ow * self._useful
+
+    def _requantize(self, acc):
+        _, output_zero = self._output.quantization
+        multipliers = np.array([m for m, _ in self._multipliers], np.int64)
+        exponents = np.array([e for _, e in self._multipliers], np.int64)
+        return kernels.requantize_double(acc, multipliers, exponents, output_zero,
+                                         self.bounds)
+
+
+class Conv2D(_Convolution):
+    """CONV_2D: filters (O, KH, KW, C)."""
+
+    def _kernel(self):
+        return self._filter.shape[1:3]
+
+    def _check(self, model):
+        super()._check(model)
+        out_channels, kh, kw, channels = self._filter.shape
+        if self._input.shape[3] != channels:
+            self._fail(f"its filters take {channels} channels, its input has "
+                       f"{self._input.shape[3]}")
+        self._weights = self._filter.data.reshape(self._filter.shape).reshape(
+            out_channels, -1).T.copy()                                       # (KH KW C, O)
+        self._useful = self._weights.size
+
+
+class DepthwiseConv2D(_Convolution):
+    """DEPTHWISE_CONV_2D: filters (1, KH, KW, C * depth_multiplier); output channel
+    ``c * m + j`` sees input channel ``c`` only. On the TPU a block-diagonal product:
+    every channel's window against the filters of its own output channels."""
+
+    def _kernel(self):
+        return self._filter.shape[1:3]
+
+    def _channels(self):
+        return self._filter.shape[3]
+
+    def _check(self, model):
+        super()._check(model)
+        _, kh, kw, out_channels = self._filter.shape
+        channels = self._input.shape[3]
+        multiplier = self.options["depth_multiplier"] or out_channels // channels
+        if channels * multiplier != out_channels:
+            self._fail(f"{out_channels} output channels are not {channels} input channels "
+                       f"times the depth multiplier {multiplier}")
+        filters = self._filter.data.reshape(self._filter.shape)[0]            # (KH, KW, OC)
+        weights = np.zeros((kh, kw, channels, out_channels), np.int8)
+        for oc in range(out_channels):
+            weights[:, :, oc // multiplier, oc] = filters[:, :, oc]
+        self._weights = weights.reshape(-1, out_channels)
+        self._useful = kh * kw * out_channels
+
+
+
+class _Pool(Operation):
+    def _check(self, model):
+        self._input = self._tensor(model, 0, constant=False)
+        self._output = self._tensor(model, -1, constant=False)
+        if self._input.quantization != self._output.quantization:
+            self._fail("its input and output are quantised differently")
+        self.bounds = kernels.activation_range(self._activation(),
+                                               *self._output.quantization)
+
+    def _arguments(self):
+        o = self.options
+        return ((o["filter_h"], o["filter_w"]), (o["stride_h"], o["stride_w"]),
+                PADDINGS[o["padding"]], self.bounds)
+
+
+class MaxPool2D(_Pool):
+    def run(self, model, values, matmul):
+        values[self.outputs[0]] = kernels.max_pool(values[self.inputs[0]], *self._arguments())
+
+
+class AveragePool2D(_Pool):
+    def run(self, model, values, matmul):
+        values[self.outputs[0]] = kernels.average_pool(values[self.inputs[0]],
+                                                       *self._arguments())
+
+
+class Mean(Operation):
+    """MEAN over constant axes (global average pooling)."""
+
+    def _check(self, model):
+        self._input = self._tensor(model, 0, constant=False)
+        self._output = self._tensor(model, -1, constant=False)
+        axes = self._tensor(model, 1, dtypes=(np.int32,), constant=True).data
+        rank = len(self._input.shape)
+        self._axes = sorted({int(a) % rank for a in np.ravel(axes)})
+        if 0 in self._axes:
+            self._fail("it averages over the batch")
+
+    def run(self, model, values, matmul):
+        (in_scale, in_zero), (out_scale, out_zero) = (self._input.quantization,
+                                                      self._output.quantization)
+        values[self.outputs[0]] = kernels.mean(
+            values[self.inputs[0]], self._axes, bool(self.options.get("keep_dims")), in_zero,
+            out_zero, float(in_scale) / float(out_scale))
+
+
+class Add(Operation):
+    def _check(self, model):
+        self._a = self._tensor(model, 0)
+        self._b = self._tensor(model, 1)
+        self._output = self._tensor(model, -1, constant=False)
+        self.bounds = kernels.activation_range(self._activation(),
+                                               *self._output.quantization)
+
+    def run(self, model, values, matmul):
+        a, b = (values[i] if model.tensors[i].data is None else model.constant(i)
+                for i in self.inputs[:2])
+        values[self.outputs[0]] = kernels.add(a, b, self._a.quantization, self._b.quantization,
+                                              self._output.quantization, self.bounds)
+
+
+class Softmax(Operation):
+    def _check(self, model):
+        self._input = self._tensor(model, 0, constant=False)
+        output = self._tensor(model, -1, constant=False)
+        scale, zero = output.quantization
+        if zero != -128 or abs(float(scale) - 1 / 256) > 0.001 / 256:
+            self._fail(f"its output is quantised with scale {scale} and zero point {zero}; "
+                       f"an int8 SOFTMAX needs 1/256 and -128")
+
+    def run(self, model, values, matmul):
+        scale, _ = self._input.quantization
+        values[self.outputs[0]] = kernels.softmax(values[self.inputs[0]],
+                                                  self.options.get("beta", 1.0), scale)
+
+
+class Quantize(Operation):
+    """QUANTIZE from float32 (a model's float input)."""
+
+    def _check(self, model):
+        self._tensor(model, 0, dtypes=(np.float32,), constant=False)
+        self._output = self._tensor(model, -1, constant=False)
+
+    def run(self, model, values, matmul):
+        values[self.outputs[0]] = kernels.quantize(values[self.inputs[0]],
+                                                   *self._output.quantization)
+
+
+class Dequantize(Operation):
+    """DEQUANTIZE to float32 (a model's float output)."""
+
+    def _check(self, model):
+        self._input = self._tensor(model, 0, constant=False)
+        self._tensor(model, -1, dtypes=(np.float32,), constant=False)
+
+    def run(self, model, values, matmul):
+        values[self.outputs[0]] = kernels.dequantize(values[self.inputs[0]],
+                                                     *self._input.quantization)
+
+
+class Pad(Operation):
+    """PAD (and PADV2) with constant paddings; the value is the zero point (or PADV2's)."""
+
+    def _check(self, model):
+        self._input = self._tensor(model, 0, constant=False)
+        self._output = self._tensor(model, -1, constant=False)
+        paddings = self._tensor(model, 1, dtypes=(np.int32, np.int64), constant=True).data
+        self._paddings = np.asarray(paddings).reshape(-1, 2)
+        if self._paddings.shape[0] != len(self._input.shape) or np.any(self._paddings[0]):
+            self._fail("it must pad every axis but the batch, given as (rank, 2) paddings")
+        if np.any(self._paddings < 0):
+            self._fail("negative paddings are not supported")
+        _, self._value = self._output.quantization
+        if len(self.inputs) > 2:
+            self._value = int(self._tensor(model, 2, constant=True).data.reshape(-1)[0])
+
+    def run(self, model, values, matmul):
+        values[self.outputs[0]] = kernels.pad(values[self.inputs[0]], self._paddings,
+                                              self._value)
+
+
+class Reshape(Operation):
+    """RESHAPE (and SQUEEZE, EXPAND_DIMS): to the output tensor's shape, whatever the
+    batch."""
+
+    def _check(self, model):
+        self._input = self._tensor(model, 0, constant=False)
+        self._output = self._tensor(model, -1, constant=False)
+        if self._input.quantization != self._output.quantization:
+            self._fail("its input and output are quantised differently")
+
+    def run(self, model, values, matmul):
+        x = values[self.inputs[0]]
+        shape = (len(x), *self._output.shape[1:])
+        if int(np.prod(shape)) != x.size:
+            self._fail(f"its input of shape {x.shape} does not fit the output shape "
+                       f"{self._output.shape} with a batch of {len(x)}")
+        values[self.outputs[0]] = x.reshape(shape)
+
+
+#: TFLite's operators that tpuer runs, and where.
+SUPPORTED_OPERATORS = {
+    "FULLY_CONNECTED": FullyConnected, "CONV_2D": Conv2D,
+    "DEPTHWISE_CONV_2D": DepthwiseConv2D, "MAX_POOL_2D": MaxPool2D,
+    "AVERAGE_POOL_2D": AveragePool2D, "MEAN": Mean, "ADD": Add, "SOFTMAX": Softmax,
+    "QUANTIZE": Quantize, "DEQUANTIZE": Dequantize, "PAD": Pad, "PADV2": Pad,
+    "RESHAPE": Reshape, "SQUEEZE": Reshape, "EXPAND_DIMS": Reshape,
+}
+
+
+def _options(tflite, op):
+    """The builtin options of operator ``op`` as a dict of the fields tpuer reads."""
+    table = op.BuiltinOptions()
+    kind = op.BuiltinOptionsType()
+    names = {value: name for name, value in vars(tflite.BuiltinOptions).items()
+             if not name.startswith("_")}
+    name = names.get(kind, "NONE")
+    if table is None or name == "NONE":
+        return {}
+    options = getattr(tflite, name)()
+    options.Init(table.Bytes, table.Pos)
+    fields = {"activation": "FusedActivationFunction", "padding": "Padding",
+              "stride_h": "StrideH", "stride_w": "StrideW",
+              "dilation_h": "DilationHFactor", "dilation_w": "DilationWFactor",
+              "depth_multiplier": "DepthMultiplier", "filter_h": "FilterHeight",
+              "filter_w": "FilterWidth", "keep_num_dims": "KeepNumDims",
+              "weights_format": "WeightsFormat", "keep_dims": "KeepDims", "beta": "Beta"}
+    return {key: getattr(options, method)() for key, method in fields.items()
+            if hasattr(options, method)}
+
+
+class TFLiteModel:
+    """An int8 TFLite model that tpuer runs: :meth:`reference` computes its output in
+    NumPy exactly as LiteRT's reference kernels do; ``tpuer.Device.run(model, x)`` the
+    same with the matrix products on the TPU.
+
+    ``input`` and ``output`` are :class:`TensorInfo`; ``operations`` the operators that
+    compute the output, in order (operators that only compute a RESHAPE's shape are left
+    out)."""
+
+    def __init__(self, tensors, operations, input_index, output_index, *, buffers):
+        self.tensors = tensors
+        self.input = tensors[input_index]
+        self.output = tensors[output_index]
+        self._buffers = buffers
+        self.operations = []
+        for index, name, inputs, outputs, options in operations:
+            self.operations.append(SUPPORTED_OPERATORS[name](self, index, name, inputs,
+                                                             outputs, options))
+
+    def constant(self, index):
+        """The value of constant tensor ``index``, in its shape."""
+        tensor = self.tensors[index]
+        return tensor.data.reshape(tensor.shape)
+
+    @property
+    def input_shape(self):
+        """The shape of one sample (the input tensor's shape without its batch axis)."""
+        return tuple(self.input.shape[1:])
+
+    def check_input(self, x):
+        """Refuse anything but an array of the input's dtype and of shape (batch,
+        *input_shape)."""
+        dtype = np.dtype(self.input.dtype)
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"x must be a NumPy array of dtype {dtype.name}, not "
+                            f"{type(x).__name__}")
+        if x.dtype != dtype:
+            raise TypeError(f"x must have the model's input dtype {dtype.name}, not "
+                            f"{x.dtype}")
+        if x.ndim != 1 + len(self.input_shape) or x.shape[1:] != self.input_shape:
+            raise ValueError(f"x must have shape (batch, {', '.join(map(str, self.input_shape))})"
+                             f", not {x.shape}")
+        if len(x) == 0:
+            raise ValueError("x holds no samples")
+        if dtype == np.float32 and not np.all(np.isfinite(x)):
+            raise ValueError("x holds a NaN or an infinity")
+
+    def run(self, x, matmul):
+        """The output for ``x``, the int8 products computed by ``matmul(a, b)``."""
+        self.check_input(x)
+        values = {self.input.index: x}
+        for operation in self.operations:
+            operation.run(self, values, matmul)
+        return values[self.output.index]
+
+    def reference(self, x):
+        """The output for ``x`` computed in NumPy: what LiteRT's interpreter with its
+        reference kernels gives, bit for bit, in dtype and shape."""
+        return self.run(x, lambda a, b: a.astype(np.int64) @ b.astype(np.int64))
+
+    def macs_per_sample(self):
+        return sum(operation.macs(self) for operation in self.operations)
+
+    def mapping(self):
+        """Each operator: ``(index, name, "TPU" or "host", MACs per sample)``."""
+        return [(op.index, op.name, "TPU" if op.on_tpu else "host", op.macs(self))
+                for op in self.operations]
+
+
+def _read(source):
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source)
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            with open(source, "rb") as file:
+                return file.read()
+        except OSError as error:
+            raise TFLiteError(f"cannot read {source}: {error.strerror}") from None
+    raise TypeError(f"a TFLite model is a path or bytes, not {type(source).__name__}")
+
+
+def from_tflite(source):
+    """The TFLite model in file ``source`` (a path) or in ``source`` (bytes), checked: one
+    subgraph with one input and one output, int8 activations (float32 only into a leading
+    QUANTIZE or out of a trailing DEQUANTIZE), and only :data:`SUPPORTED_OPERATORS` on the
+    way from the input to the output. Anything else raises :class:`TFLiteError` naming the
+    operator and its index."""
+    try:
+        import tflite
+    except ImportError:
+        raise ImportError("reading TFLite models needs the tflite package: "
+                          "pip install tflite") from None
+    data = _read(source)
+    if len(data) < 8 or data[4:8] != b"TFL3":
+        raise TFLiteError("not a TFLite model (no TFL3 identifier in its first 8 bytes)")
+    try:
+        model = tflite.Model.GetRootAsModel(data, 0)
+        graph, tensors, operations, buffers = _parse(tflite, model)
+    except TFLiteError:
+        raise
+    except Exception as error:          # the flatbuffer's own checks: a damaged file
+        raise TFLiteError(f"the TFLite file is damaged: {type(error).__name__}: {error}") \
+            from None
+    inputs, outputs = list(graph.InputsAsNumpy()), list(graph.OutputsAsNumpy())
+    if len(inputs) != 1 or len(outputs) != 1:
+        raise TFLiteError(f"the model has {len(inputs)} inputs and {len(outputs)} outputs; "
+                          f"tpuer runs models with one of each")
+    needed = _needed(operations, outputs[0], inputs[0], tensors)
+    return TFLiteModel(tensors, needed, int(inputs[0]), int(outputs[0]), buffers=buffers)
+
+
+def _parse(tflite, model):
+    from tflite.utils import BUILTIN_OPCODE2NAME
+    if model.SubgraphsLength() != 1:
+        raise TFLiteError(f"the model has {model.SubgraphsLength()} subgraphs; tpuer runs "
+                          f"models with one")
+    graph = model.Subgraphs(0)
+    buffers = [model.Buffers(i) for i in range(model.BuffersLength())]
+    tensors = {}
+    for index in range(graph.TensorsLength()):
+        tensor = graph.Tensors(index)
+        dtype = _DTYPES.get(tensor.Type())
+        quantization = tensor.Quantization()
+        scale = zero_point = None
+        axis = 0
+        if quantization is not None and quantization.ScaleLength():
+            scale = quantization.ScaleAsNumpy().astype(np.float32)
+            zero_point = quantization.ZeroPointAsNumpy().astype(np.int64)
+            axis = quantization.QuantizedDimension()
+        constant = None
+        buffer = buffers[tensor.Buffer()] if tensor.Buffer() < len(buffers) else None
+        if buffer is not None and buffer.DataLength() and dtype is not None:
+            constant = np.frombuffer(buffer.DataAsNumpy().tobytes(), dtype=np.dtype(dtype)
+                                     .newbyteorder("<")).astype(dtype)
+        shape = tuple(int(d) for d in tensor.ShapeAsNumpy()) if tensor.ShapeLength() else ()
+        tensors[index] = TensorInfo(index, tensor.Name().decode(errors="replace"), shape,
+                                    dtype, scale, zero_point, axis, constant)
+    operations = []
+    for index in range(graph.OperatorsLength()):
+        op = graph.Operators(index)
+        code = model.OperatorCodes(op.OpcodeIndex())
+        number = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        name = BUILTIN_OPCODE2NAME.get(number, f"builtin {number}")
+        if number == 32:        # CUSTOM
+            name = f"CUSTOM {code.CustomCode().decode(errors='replace')}"
+        operations.append((index, name, [int(i) for i in op.InputsAsNumpy()],
+                           [int(i) for i in op.OutputsAsNumpy()], _options(tflite, op)))
+    return graph, tensors, operations, buffers
+
+
+def _needed(operations, output, model_input, tensors):
+    """The operators the output depends on, in file order; RESHAPE's shape input is not
+    followed (tpuer reshapes to the output tensor's shape). Raises :class:`TFLiteError`
+    for an unsupported operator among them."""
+    producer = {out: op for op in operations for out in op[3]}
+    wanted, needed = [output], set()
+    while wanted:
+        tensor = wanted.pop()
+        op = producer.get(tensor)
+        if op is None or op[0] in needed:
+            continue
+        needed.add(op[0])
+        index, name, inputs, _, _ = op
+        followed = inputs[:1] if name == "RESHAPE" else inputs
+        wanted += [i for i in followed if i >= 0]
+    chosen = [op for op in operations if op[0] in needed]
+    for index, name, inputs, outputs, _ in chosen:
+        if name not in SUPPORTED_OPERATORS:
+            raise TFLiteError(f"operator {index} ({name}) is not supported; tpuer runs "
+                              f"{', '.join(sorted(SUPPORTED_OPERATORS))}")
+    for index, name, inputs, outputs, _ in chosen:
+        for i in inputs:
+            if i >= 0 and i != model_input and i not in producer and tensors[i].data is None \
+                    and not (name == "RESHAPE" and i == inputs[1]):
+                raise TFLiteError(f"operator {index} ({name}) reads tensor "
+                                  f"{tensors[i].name!r}, which nothing computes")
+    return chosen
