@@ -8,7 +8,7 @@ import numpy as np
 from .numerics import check_range, saturate
 
 __all__ = ["requantize", "requantize_lanes", "rounding_doubling_high_mul", "rounding_divide_by_pot",
-           "quantize_multiplier", "ActivationParams"]
+           "quantize_multiplier", "tflite_multiplier", "ActivationParams"]
 
 
 def rounding_doubling_high_mul(x, multiplier):
@@ -99,19 +99,33 @@ def requantize_lanes(acc, *, bias, multiplier, shift, zero_point, relu, acc_widt
     return np.clip(y, low, (1 << (operand_width - 1)) - 1)
 
 
+def tflite_multiplier(real):
+    """TFLite's ``QuantizeMultiplier``: a non-negative ``real`` as ``(multiplier,
+    exponent)``, ``real ~= multiplier * 2**(exponent - 31)`` with ``multiplier`` in
+    ``[2**30, 2**31)``, the mantissa's ties rounded away from zero; ``(0, 0)`` for 0 and for
+    values too small to represent."""
+    real = float(real)
+    if real == 0.0:
+        return 0, 0
+    mantissa, exponent = math.frexp(real)           # real = mantissa * 2**exponent
+    fixed = math.floor(mantissa * (1 << 31) + 0.5)  # exact: a 53-bit mantissa times 2**31
+    if fixed == 1 << 31:
+        fixed //= 2
+        exponent += 1
+    if exponent < -31:
+        return 0, 0
+    return fixed, exponent
+
+
 def quantize_multiplier(scale):
     """Express a real ``scale`` in ``(0, 1)`` as ``(multiplier, shift)`` with
-    ``scale ~= multiplier / 2**(31 + shift)`` and ``multiplier`` in ``[2**30, 2**31)``."""
+    ``scale ~= multiplier / 2**(31 + shift)`` and ``multiplier`` in ``[2**30, 2**31)``,
+    rounded as TFLite rounds (:func:`tflite_multiplier`)."""
     if not (isinstance(scale, (int, float, np.floating)) and math.isfinite(scale)):
         raise ValueError(f"scale must be a finite number, not {scale!r}")
     if not 0 < scale < 1:
         raise ValueError(f"scale must lie in (0, 1), not {scale}")
-    mantissa, exponent = math.frexp(scale)          # scale = mantissa * 2**exponent
-    multiplier = round(mantissa * (1 << 31))
-    shift = -exponent
-    if multiplier == 1 << 31:
-        multiplier //= 2
-        shift -= 1
-    if shift > 31:
+    multiplier, exponent = tflite_multiplier(scale)
+    if multiplier == 0 or -exponent > 31:
         return 0, 31  # too small to represent: every output becomes the zero point
-    return multiplier, shift
+    return multiplier, -exponent

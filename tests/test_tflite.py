@@ -14,6 +14,7 @@ import pytest
 
 import tpuer
 from tpuer import tflite_kernels as kernels
+from tpuer.sim.activation_model import quantize_multiplier
 from tpuer.tflite_model import TFLiteError, from_tflite
 
 from conftest import require_simulator, seed
@@ -180,6 +181,8 @@ def test_tflite_multiplier_rounds_ties_away_and_carries():
     # A mantissa whose 2**31 multiple ends in exactly one half rounds up, not to even.
     mantissa = (2 * 1234567890 + 1) / 2 ** 32
     assert kernels.tflite_multiplier(mantissa) == (1234567891, 0)
+    # ... and so does the quantiser's (multiplier, right shift).
+    assert quantize_multiplier(mantissa / 4) == (1234567891, 2)
     # Just below 1: the rounding reaches 2**31, which becomes 2**30 with the exponent up.
     assert kernels.tflite_multiplier(1 - 2 ** -40) == (1 << 30, 1)
     assert kernels.tflite_multiplier(3.0) == (3 << 29, 2)

@@ -12,7 +12,8 @@ import math
 
 import numpy as np
 
-from .sim.activation_model import rounding_divide_by_pot, rounding_doubling_high_mul
+from .sim.activation_model import (rounding_divide_by_pot, rounding_doubling_high_mul,
+                                   tflite_multiplier)
 
 __all__ = ["round_half_away", "tflite_multiplier", "multiply_by_quantized_multiplier",
            "activation_range", "same_padding", "output_size", "patches", "integer_product",
@@ -30,24 +31,6 @@ def round_half_away(value):
     fraction = value - whole                # exact in binary floating point
     step = np.where(np.abs(fraction) >= 0.5, np.sign(value), 0)
     return (whole + step).astype(np.int64)
-
-
-def tflite_multiplier(real):
-    """TFLite's ``QuantizeMultiplier``: a positive ``real`` as ``(multiplier, exponent)``,
-    ``real ~= multiplier * 2**(exponent - 31)`` with ``multiplier`` in ``[2**30, 2**31)``
-    (ties of the mantissa rounded away from zero); ``(0, 0)`` for 0 and for values too small
-    to represent."""
-    real = float(real)
-    if real == 0.0:
-        return 0, 0
-    mantissa, exponent = math.frexp(real)
-    fixed = int(round_half_away(mantissa * (1 << 31)))
-    if fixed == 1 << 31:
-        fixed //= 2
-        exponent += 1
-    if exponent < -31:
-        return 0, 0
-    return fixed, exponent
 
 
 def _wrap_int32(value):

@@ -18,9 +18,6 @@ __all__ = ["TFLiteError", "TFLiteModel", "TensorInfo", "from_tflite", "SUPPORTED
 
 ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 PADDINGS = {0: "SAME", 1: "VALID"}
-#: The operators that only compute a RESHAPE's shape (what Keras's Flatten becomes with a
-#: free batch size): dropped, since tpuer reshapes to the output tensor's own shape.
-SHAPE_OPERATORS = {"SHAPE", "STRIDED_SLICE", "PACK", "CONCATENATION", "GATHER", "SLICE"}
 
 
 class TFLiteError(ValueError):
