@@ -127,6 +127,33 @@ def test_mapping_names_each_operator_and_where_it_runs():
     assert [macs for *_, macs in rows] == [64 * 36 * 4, 64 * 36 * 4, 0, 0, 20, 0]
 
 
+def test_compile_and_run_model_commands(tmp_path, capsys):
+    from tpuer.cli import main
+    path = MODELS / "conv.tflite"
+    assert main(["compile", str(path), "--rows", "4", "--cols", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert "CONV_2D            TPU" in printed and "RESHAPE            host" in printed
+    assert "4 of 5 operators on the TPU, 1 on the host" in printed
+    model = from_tflite(path)
+    x = inputs(model, rng_for("cli"), 3)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run-model", str(path), "--input", str(tmp_path / "x.npy"), "-o",
+                 str(tmp_path / "y.npy"), "--rows", "4", "--cols", "4"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), litert("conv", x))
+    np.save(tmp_path / "bad.npy", x.astype(np.int16))
+    assert main(["run-model", str(path), "--input", str(tmp_path / "bad.npy")]) == 2
+    assert "dtype int8, not int16" in capsys.readouterr().err
+    assert main(["compile", str(MODELS / "unsupported_tanh.tflite")]) == 2
+    assert "operator 1 (TANH) is not supported" in capsys.readouterr().err
+
+
+def test_tflite_demo_is_bit_exact_with_litert(capsys):
+    from tpuer.demo import run_tflite_demo
+    assert run_tflite_demo(backend="golden", samples=60, chunk=30) == 0
+    printed = capsys.readouterr().out
+    assert "bit-exact with LiteRT     60 of 60 samples, every output value equal" in printed
+
+
 # --- errors ------------------------------------------------------------------------------
 
 def test_unsupported_operator_is_named_with_its_index():

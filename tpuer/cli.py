@@ -82,10 +82,13 @@ def _cmd_lint(parser, args):
 
 def _cmd_demo(parser, args):
     import os
-    from .demo import run_matrix_unit_demo, run_network_demo
+    from .demo import run_matrix_unit_demo, run_network_demo, run_tflite_demo
     if args.waves:
         os.environ["TPUER_WAVES"] = "1"
     cfg = config_from_args(parser, args)
+    if args.network == "tflite":
+        return run_tflite_demo(cfg, backend=args.backend, samples=args.samples,
+                               clock_mhz=args.clock_mhz)
     if args.network == "matrix-unit":
         return run_matrix_unit_demo(cfg, simulator=args.simulator, m=args.m,
                                     tiles=args.tiles, seed=args.seed)
@@ -190,6 +193,43 @@ def _cmd_run(parser, args):
     return 0 if result.state is CoreState.HALTED else 1
 
 
+def _cmd_compile(parser, args):
+    from .tflite_model import from_tflite
+    cfg = config_from_args(parser, args)
+    model = from_tflite(args.model)
+    print(f"{args.model}: input {model.input.dtype.__name__}{list(model.input.shape)}, "
+          f"output {model.output.dtype.__name__}{list(model.output.shape)}")
+    for line in model.report(cfg):
+        print(line)
+    return 0
+
+
+def _cmd_run_model(parser, args):
+    import numpy as np
+    from .device import Device, TPUError
+    from .tflite_model import from_tflite
+    cfg = config_from_args(parser, args)
+    model = from_tflite(args.model)
+    x = _load_array(args.input, "--input")
+    if args.output:
+        _check_output(args.output)
+    device = Device(cfg, backend=args.backend)
+    try:
+        y = device.run(model, x)
+    except TPUError as error:
+        print(f"tpuer run-model: {error}", file=sys.stderr)
+        return 1
+    for name, value in device.stats.items():
+        print(f"{name:>20} {value:,}")
+    if args.output:
+        np.save(args.output, y)
+        print(f"output {y.dtype}{list(y.shape)} saved to {args.output}")
+    else:
+        with np.printoptions(linewidth=120, threshold=200):
+            print(y)
+    return 0
+
+
 def _cmd_build(parser, args):
     from .fpga.boards import BOARDS
     from .fpga.build import BuildError, BuildOptionError, build_board
@@ -257,8 +297,11 @@ def build_parser():
         "demo", help="the main job: a quantised digits network on the simulated TPU",
         description="mlp (default) and cnn: train the network on scikit-learn's digits, "
                     "quantise, compile and run the test split on the simulated TPU. "
+                    "tflite: a Keras CNN on the digits, converted to an int8 TFLite model, "
+                    "run on the simulated TPU and compared with LiteRT. "
                     "matrix-unit: the matrix unit alone, a random product through it.")
-    demo.add_argument("network", nargs="?", default="mlp", choices=["mlp", "cnn", "matrix-unit"])
+    demo.add_argument("network", nargs="?", default="mlp",
+                      choices=["mlp", "cnn", "tflite", "matrix-unit"])
     demo.add_argument("--backend", default="verilator",
                       choices=["golden", "pysim", "verilator", "icarus"],
                       help="what runs the network (default verilator)")
@@ -304,6 +347,27 @@ def build_parser():
     run.add_argument("-o", "--output", help=".npy for the rows WRITE_HOST sends")
     add_config_arguments(run)
     run.set_defaults(run=_cmd_run)
+
+    compile_ = commands.add_parser(
+        "compile", help="map a TFLite int8 model onto the TPU: each operator, where it runs, "
+                        "its MACs and cycles")
+    compile_.add_argument("model", help=".tflite file (full-integer int8)")
+    add_config_arguments(compile_)
+    compile_.set_defaults(run=_cmd_compile)
+
+    run_model = commands.add_parser(
+        "run-model", help="run a TFLite int8 model on the TPU, bit-exact with LiteRT's "
+                          "reference kernels")
+    run_model.add_argument("model", help=".tflite file (full-integer int8)")
+    run_model.add_argument("--input", required=True,
+                           help=".npy of samples in the model's input type, shape "
+                                "(batch, *input shape)")
+    run_model.add_argument("-o", "--output", help=".npy for the output (default: print it)")
+    run_model.add_argument("--backend", default="golden",
+                           choices=["golden", "pysim", "verilator", "icarus"],
+                           help="what runs it (default golden)")
+    add_config_arguments(run_model)
+    run_model.set_defaults(run=_cmd_run_model)
 
     build = commands.add_parser(
         "build", help="a bitstream for a board, with the open toolchain from PyPI, and its "

@@ -173,6 +173,98 @@ def run_network_demo(kind="mlp", cfg=None, *, backend="verilator", samples=None,
     return 0 if exact else 1
 
 
+#: The Keras CNN of ``tpuer demo tflite``, converted to int8 by TensorFlow's converter
+#: (``tools/train_digits_cnn.py`` trained and converted it).
+DIGITS_CNN_TFLITE = Path(__file__).parent / "data" / "digits_cnn.tflite"
+
+
+def _litert_output(path, x):
+    """What LiteRT's interpreter with its reference kernels gives for ``x``, or ``None``
+    without the ai-edge-litert package."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    except ImportError:
+        return None
+    interpreter = Interpreter(model_path=str(path),
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    index = interpreter.get_input_details()[0]["index"]
+    interpreter.resize_tensor_input(index, x.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(index, x)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+
+def run_tflite_demo(cfg=None, *, backend="verilator", samples=None, clock_mhz=100.0,
+                    chunk=60, path=DIGITS_CNN_TFLITE):
+    """Run the Keras-trained digits CNN (a TFLite int8 model) on the TPU simulated by
+    ``backend``: its mapping, the accuracy, whether every output equals LiteRT's, the cycles
+    and MXU utilisation per inference."""
+    from .device import Device
+    from .digits import load_digits
+    from .sim import cocotb_backend
+    from .tflite_model import from_tflite
+
+    cfg = cfg or DEMO_CONFIG
+    if not clock_mhz > 0:
+        raise SystemExit(f"tpuer demo: --clock-mhz must be positive, not {clock_mhz}")
+    digits = load_digits()
+    count = len(digits.x_test) if samples is None else samples
+    if not 1 <= count <= len(digits.x_test):
+        raise SystemExit(f"tpuer demo: --samples must be between 1 and {len(digits.x_test)}, "
+                         f"not {count}")
+    model = from_tflite(path)
+    _say(f"tpuer demo tflite: {path.name}, a Keras CNN trained on scikit-learn's digits and "
+         f"converted to int8 by TensorFlow's converter")
+    _say(f"[1/3] its mapping onto the {cfg.rows}x{cfg.cols} TPU (cycles of one inference "
+         f"alone):")
+    for line in model.report(cfg):
+        _say("      " + line)
+    x = digits.images(digits.x_test[:count]).astype(np.float32)
+    labels = digits.y_test[:count]
+    _say(f"[2/3] LiteRT's interpreter with its reference kernels on {count} test samples")
+    expected = _litert_output(path, x)
+    device = Device(cfg, backend=backend)
+    _say(f"[3/3] running them on the {backend} back end, {chunk} at a time (the first run "
+         f"builds the simulator; later runs reuse the build)")
+    outputs, totals = [], {}
+    bar = ProgressBar("      inference", count)
+    try:
+        for start in range(0, count, chunk):
+            outputs.append(device.run(model, x[start:start + chunk], progress=False))
+            for name, value in device.stats.items():
+                totals[name] = totals.get(name, 0) + (value or 0)
+            bar.update(min(count, start + chunk))
+    except cocotb_backend.SimulatorUnavailable as error:
+        bar.close()
+        raise SystemExit(f"tpuer demo: {error}")
+    bar.close()
+    tpu = np.concatenate(outputs)
+    reference = model.reference(x)
+    exact = np.array_equal(tpu, reference)
+    cycles = totals["cycles"] / count
+    utilisation = totals["macs"] / (cfg.rows * cfg.cols * totals["cycles"])
+    _say()
+    _say(f"TPU accuracy              {100 * np.mean(tpu.argmax(axis=1) == labels):.2f}%")
+    if expected is None:
+        _say("LiteRT                    not installed (pip install ai-edge-litert): not "
+             "compared")
+        same = exact
+    else:
+        same = exact and np.array_equal(tpu, expected)
+        _say(f"LiteRT accuracy           {100 * np.mean(expected.argmax(axis=1) == labels):.2f}%")
+        matching = int(np.sum(np.all(tpu == expected, axis=1)))
+        _say(f"bit-exact with LiteRT     {matching} of {count} samples, every output value "
+             f"{'equal' if same else 'NOT equal'} ({tpu.dtype}{list(tpu.shape)})")
+    _say(f"cycles per inference      {cycles:,.1f}  ({totals['cycles']:,} cycles, "
+         f"{totals['programs']} programs, batches of {chunk})")
+    _say(f"MXU utilisation           {100 * utilisation:.1f}%  (useful MACs / "
+         f"(rows x cols x cycles))")
+    _say(f"inferences per second     {clock_mhz * 1e6 / cycles:,.0f} at {clock_mhz:g} MHz "
+         f"(the TPU's cycles; the host's operators not counted)")
+    return 0 if same else 1
+
+
 def run_matrix_unit_demo(cfg, *, simulator="verilator", m=16, tiles=2, seed=2026):
     from .hw.export import build_block, to_verilog
     from .sim import cocotb_backend as backend

@@ -290,7 +290,8 @@ class Device:
 
     def _run_tflite(self, model, x, *, progress, max_cycles):
         """:meth:`run` of a TFLite model: each matrix operator's int8 product on the TPU
-        (:meth:`matmul`), the rest on the host as LiteRT's reference kernels compute it."""
+        (:meth:`matmul`), the rest on the host as LiteRT's reference kernels compute it.
+        :attr:`operator_cycles` maps each TPU operator's index to its cycles."""
         model.check_input(x)
         budget = self._budget(max_cycles)
         on_tpu = sum(operation.on_tpu for operation in model.operations)
@@ -298,6 +299,12 @@ class Device:
                                 "instructions", "macs", "programs"), 0)
         bar = self._progress(progress, 0, on_tpu, "tpuer run")
         done = 0
+        self.operator_cycles, before = {}, [0]
+
+        def after(operation):
+            if operation.on_tpu:
+                self.operator_cycles[operation.index] = (totals["cycles"] or 0) - before[0]
+                before[0] = totals["cycles"] or 0
 
         def matmul(a, b):
             nonlocal done
@@ -315,7 +322,7 @@ class Device:
             return product
 
         try:
-            result = model.run(x, matmul)
+            result = model.run(x, matmul, after=after)
         finally:
             bar.close()
         # Useful products only (a depthwise convolution multiplies zeros off its diagonal).

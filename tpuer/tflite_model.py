@@ -497,12 +497,15 @@ class TFLiteModel:
         if dtype == np.float32 and not np.all(np.isfinite(x)):
             raise ValueError("x holds a NaN or an infinity")
 
-    def run(self, x, matmul):
-        """The output for ``x``, the int8 products computed by ``matmul(a, b)``."""
+    def run(self, x, matmul, *, after=None):
+        """The output for ``x``, the int8 products computed by ``matmul(a, b)``;
+        ``after(operation)`` is called when each operator is done."""
         self.check_input(x)
         values = {self.input.index: x}
         for operation in self.operations:
             operation.run(self, values, matmul)
+            if after is not None:
+                after(operation)
         return values[self.output.index]
 
     def reference(self, x):
@@ -517,6 +520,29 @@ class TFLiteModel:
         """Each operator: ``(index, name, "TPU" or "host", MACs per sample)``."""
         return [(op.index, op.name, "TPU" if op.on_tpu else "host", op.macs(self))
                 for op in self.operations]
+
+    def report(self, cfg):
+        """The mapping of :meth:`mapping` with the cycles of one inference on a TPU of
+        configuration ``cfg``, by the cycle model (the golden back end, whose counters
+        equal the RTL's), as text lines."""
+        from .device import Device
+        device = Device(cfg)
+        sample = np.zeros((1, *self.input_shape), np.dtype(self.input.dtype))
+        device.run(self, sample, progress=False)
+        cycles = device.operator_cycles
+        lines = [f"{'op':>3}  {'operator':<18} {'runs on':<8} {'MACs':>9} {'cycles':>8}"]
+        for index, name, where, macs in self.mapping():
+            shown = f"{cycles[index]:,}" if index in cycles else "-"
+            lines.append(f"{index:>3}  {name:<18} {where:<8} {macs:>9,} {shown:>8}")
+        on_tpu = sum(op.on_tpu for op in self.operations)
+        total = device.stats["cycles"]
+        utilisation = device.stats["macs"] / (cfg.rows * cfg.cols * total) if total else 0.0
+        lines.append(f"{on_tpu} of {len(self.operations)} operators on the TPU, "
+                     f"{len(self.operations) - on_tpu} on the host; "
+                     f"{self.macs_per_sample():,} MACs and {total:,} TPU cycles per "
+                     f"inference on the {cfg.rows}x{cfg.cols} TPU (MXU utilisation "
+                     f"{100 * utilisation:.1f}%)")
+        return lines
 
 
 def _read(source):
