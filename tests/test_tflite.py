@@ -15,7 +15,7 @@ import pytest
 import tpuer
 from tpuer import tflite_kernels as kernels
 from tpuer.sim.activation_model import quantize_multiplier
-from tpuer.tflite_model import TFLiteError, from_tflite
+from tpuer.tflite_model import TFLiteError, from_tflite, litert_output
 
 from conftest import require_simulator, seed
 from test_device import SMALL       # the simulators built for its tests serve these too
@@ -36,15 +36,8 @@ COVERED = {
 
 def litert(name, x):
     """The output of model ``name`` for ``x`` by LiteRT's reference kernels."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    interpreter = Interpreter(model_path=str(MODELS / f"{name}.tflite"),
-                              experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    index = interpreter.get_input_details()[0]["index"]
-    interpreter.resize_tensor_input(index, x.shape)
-    interpreter.allocate_tensors()
-    interpreter.set_tensor(index, x)
-    interpreter.invoke()
-    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    pytest.importorskip("ai_edge_litert")
+    return litert_output(MODELS / f"{name}.tflite", x)
 
 
 def inputs(model, rng, batch):

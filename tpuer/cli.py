@@ -29,6 +29,22 @@ def add_board_config_arguments(parser):
                                   help=f"{parameter.summary}; {parameter.allowed}")
 
 
+#: The back ends that run programs and models (``serial`` needs a port, so the commands
+#: offer these).
+SIMULATED_BACKENDS = ["golden", "pysim", "verilator", "icarus"]
+
+
+def add_backend_argument(parser, default="golden"):
+    parser.add_argument("--backend", default=default, choices=SIMULATED_BACKENDS,
+                        help=f"what runs it (default {default})")
+
+
+def add_model_arguments(parser):
+    """A TFLite model and the configuration of the TPU it is mapped onto."""
+    parser.add_argument("model", help=".tflite file (full-integer int8)")
+    add_config_arguments(parser)
+
+
 def _add_parameter_option(group, parameter, **options):
     group.add_argument(f"--{parameter.name.replace('_', '-')}", dest=parameter.name, type=int,
                        **options)
@@ -302,9 +318,7 @@ def build_parser():
                     "matrix-unit: the matrix unit alone, a random product through it.")
     demo.add_argument("network", nargs="?", default="mlp",
                       choices=["mlp", "cnn", "tflite", "matrix-unit"])
-    demo.add_argument("--backend", default="verilator",
-                      choices=["golden", "pysim", "verilator", "icarus"],
-                      help="what runs the network (default verilator)")
+    add_backend_argument(demo, "verilator")
     demo.add_argument("--samples", type=int, default=None,
                       help="test samples to run (default: the whole test split)")
     demo.add_argument("--clock-mhz", type=float, default=100.0,
@@ -338,9 +352,7 @@ def build_parser():
     run = commands.add_parser("run", help="run a program (.s or .bin) and print its status "
                                           "and counters")
     run.add_argument("program", help="assembly (.s) or program (.bin) file")
-    run.add_argument("--backend", default="golden",
-                     choices=["golden", "pysim", "verilator", "icarus"],
-                     help="what runs it (default golden)")
+    add_backend_argument(run)
     run.add_argument("--weights", help=".npy of int8 weight tiles, shape (tiles, rows, cols), "
                                        "loaded at tile 0")
     run.add_argument("--input", help=".npy of int8 rows for READ_HOST, shape (n, ub_lanes)")
@@ -351,22 +363,18 @@ def build_parser():
     compile_ = commands.add_parser(
         "compile", help="map a TFLite int8 model onto the TPU: each operator, where it runs, "
                         "its MACs and cycles")
-    compile_.add_argument("model", help=".tflite file (full-integer int8)")
-    add_config_arguments(compile_)
+    add_model_arguments(compile_)
     compile_.set_defaults(run=_cmd_compile)
 
     run_model = commands.add_parser(
         "run-model", help="run a TFLite int8 model on the TPU, bit-exact with LiteRT's "
                           "reference kernels")
-    run_model.add_argument("model", help=".tflite file (full-integer int8)")
+    add_model_arguments(run_model)
     run_model.add_argument("--input", required=True,
                            help=".npy of samples in the model's input type, shape "
                                 "(batch, *input shape)")
     run_model.add_argument("-o", "--output", help=".npy for the output (default: print it)")
-    run_model.add_argument("--backend", default="golden",
-                           choices=["golden", "pysim", "verilator", "icarus"],
-                           help="what runs it (default golden)")
-    add_config_arguments(run_model)
+    add_backend_argument(run_model)
     run_model.set_defaults(run=_cmd_run_model)
 
     build = commands.add_parser(

@@ -91,18 +91,10 @@ def _pictures(out_dir, kind, digits, predictions, figures, cfg):
     return digits_png, util_png
 
 
-def run_network_demo(kind="mlp", cfg=None, *, backend="verilator", samples=None,
-                     clock_mhz=100.0, chunk=60, seed=0):
-    """Train ``kind`` ("mlp" or "cnn") on the digits, quantise it, compile it, run the test
-    split on the TPU simulated by ``backend``, and print the accuracies and figures."""
-    from .device import Device
-    from .digits import float_forward, load_digits
-    from .quantize import quantize
-    from .sim import cocotb_backend
-
-    cfg = cfg or DEMO_CONFIG
-    if kind not in ("mlp", "cnn"):
-        raise SystemExit(f"tpuer demo: the network is mlp or cnn, not {kind!r}")
+def _digits_and_count(samples, clock_mhz):
+    """The digits and the number of test samples to run (all for ``None``), after checking
+    the demo's options."""
+    from .digits import load_digits
     if not clock_mhz > 0:
         raise SystemExit(f"tpuer demo: --clock-mhz must be positive, not {clock_mhz}")
     digits = load_digits()
@@ -110,6 +102,41 @@ def run_network_demo(kind="mlp", cfg=None, *, backend="verilator", samples=None,
     if not 1 <= count <= len(digits.x_test):
         raise SystemExit(f"tpuer demo: --samples must be between 1 and {len(digits.x_test)}, "
                          f"not {count}")
+    return digits, count
+
+
+def _run_in_chunks(device, model, x, chunk):
+    """``device.run(model, x)`` ``chunk`` samples at a time, with a progress bar: the
+    outputs and the sum of each counter."""
+    from .sim import cocotb_backend
+    outputs, totals = [], {}
+    bar = ProgressBar("      inference", len(x))
+    try:
+        for start in range(0, len(x), chunk):
+            outputs.append(device.run(model, x[start:start + chunk], progress=False))
+            for name, value in device.stats.items():
+                totals[name] = totals.get(name, 0) + (value or 0)
+            bar.update(min(len(x), start + chunk))
+    except cocotb_backend.SimulatorUnavailable as error:
+        raise SystemExit(f"tpuer demo: {error}")
+    finally:
+        bar.close()
+    return np.concatenate(outputs), totals
+
+
+def run_network_demo(kind="mlp", cfg=None, *, backend="verilator", samples=None,
+                     clock_mhz=100.0, chunk=60, seed=0):
+    """Train ``kind`` ("mlp" or "cnn") on the digits, quantise it, compile it, run the test
+    split on the TPU simulated by ``backend``, and print the accuracies and figures."""
+    from .device import Device
+    from .digits import float_forward
+    from .quantize import quantize
+    from .sim import cocotb_backend
+
+    cfg = cfg or DEMO_CONFIG
+    if kind not in ("mlp", "cnn"):
+        raise SystemExit(f"tpuer demo: the network is mlp or cnn, not {kind!r}")
+    digits, count = _digits_and_count(samples, clock_mhz)
     _say(f"tpuer demo {kind}: scikit-learn's handwritten digits (8x8 pixels), "
          f"{len(digits.x_train)} training and {len(digits.x_test)} test samples")
     started = time.perf_counter()
@@ -135,19 +162,7 @@ def run_network_demo(kind="mlp", cfg=None, *, backend="verilator", samples=None,
     device = Device(cfg, backend=backend)
     _say(f"[4/4] running {count} test samples on the {backend} back end "
          f"(the first run builds the simulator; later runs reuse the build)")
-    outputs, totals = [], {}
-    bar = ProgressBar("      inference", count)
-    try:
-        for start in range(0, count, chunk):
-            outputs.append(device.run(model, x_int8[start:start + chunk]))
-            for name, value in device.stats.items():
-                totals[name] = totals.get(name, 0) + (value or 0)
-            bar.update(min(count, start + chunk))
-    except cocotb_backend.SimulatorUnavailable as error:
-        bar.close()
-        raise SystemExit(f"tpuer demo: {error}")
-    bar.close()
-    tpu = np.concatenate(outputs)
+    tpu, totals = _run_in_chunks(device, model, x_int8, chunk)
     float_accuracy = np.mean(float_forward(layers, x_float).argmax(axis=1) == labels)
     reference_accuracy = np.mean(reference.argmax(axis=1) == labels)
     tpu_accuracy = np.mean(tpu.argmax(axis=1) == labels)
@@ -178,41 +193,16 @@ def run_network_demo(kind="mlp", cfg=None, *, backend="verilator", samples=None,
 DIGITS_CNN_TFLITE = Path(__file__).parent / "data" / "digits_cnn.tflite"
 
 
-def _litert_output(path, x):
-    """What LiteRT's interpreter with its reference kernels gives for ``x``, or ``None``
-    without the ai-edge-litert package."""
-    try:
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    except ImportError:
-        return None
-    interpreter = Interpreter(model_path=str(path),
-                              experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    index = interpreter.get_input_details()[0]["index"]
-    interpreter.resize_tensor_input(index, x.shape)
-    interpreter.allocate_tensors()
-    interpreter.set_tensor(index, x)
-    interpreter.invoke()
-    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
-
-
 def run_tflite_demo(cfg=None, *, backend="verilator", samples=None, clock_mhz=100.0,
                     chunk=60, path=DIGITS_CNN_TFLITE):
     """Run the Keras-trained digits CNN (a TFLite int8 model) on the TPU simulated by
     ``backend``: its mapping, the accuracy, whether every output equals LiteRT's, the cycles
     and MXU utilisation per inference."""
     from .device import Device
-    from .digits import load_digits
-    from .sim import cocotb_backend
-    from .tflite_model import from_tflite
+    from .tflite_model import from_tflite, litert_output
 
     cfg = cfg or DEMO_CONFIG
-    if not clock_mhz > 0:
-        raise SystemExit(f"tpuer demo: --clock-mhz must be positive, not {clock_mhz}")
-    digits = load_digits()
-    count = len(digits.x_test) if samples is None else samples
-    if not 1 <= count <= len(digits.x_test):
-        raise SystemExit(f"tpuer demo: --samples must be between 1 and {len(digits.x_test)}, "
-                         f"not {count}")
+    digits, count = _digits_and_count(samples, clock_mhz)
     model = from_tflite(path)
     _say(f"tpuer demo tflite: {path.name}, a Keras CNN trained on scikit-learn's digits and "
          f"converted to int8 by TensorFlow's converter")
@@ -223,23 +213,11 @@ def run_tflite_demo(cfg=None, *, backend="verilator", samples=None, clock_mhz=10
     x = digits.images(digits.x_test[:count]).astype(np.float32)
     labels = digits.y_test[:count]
     _say(f"[2/3] LiteRT's interpreter with its reference kernels on {count} test samples")
-    expected = _litert_output(path, x)
+    expected = litert_output(path, x)
     device = Device(cfg, backend=backend)
     _say(f"[3/3] running them on the {backend} back end, {chunk} at a time (the first run "
          f"builds the simulator; later runs reuse the build)")
-    outputs, totals = [], {}
-    bar = ProgressBar("      inference", count)
-    try:
-        for start in range(0, count, chunk):
-            outputs.append(device.run(model, x[start:start + chunk], progress=False))
-            for name, value in device.stats.items():
-                totals[name] = totals.get(name, 0) + (value or 0)
-            bar.update(min(count, start + chunk))
-    except cocotb_backend.SimulatorUnavailable as error:
-        bar.close()
-        raise SystemExit(f"tpuer demo: {error}")
-    bar.close()
-    tpu = np.concatenate(outputs)
+    tpu, totals = _run_in_chunks(device, model, x, chunk)
     reference = model.reference(x)
     exact = np.array_equal(tpu, reference)
     cycles = totals["cycles"] / count

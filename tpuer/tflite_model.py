@@ -14,7 +14,8 @@ import numpy as np
 
 from . import tflite_kernels as kernels
 
-__all__ = ["TFLiteError", "TFLiteModel", "TensorInfo", "from_tflite", "SUPPORTED_OPERATORS"]
+__all__ = ["TFLiteError", "TFLiteModel", "TensorInfo", "from_tflite", "litert_output",
+           "SUPPORTED_OPERATORS"]
 
 ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 PADDINGS = {0: "SAME", 1: "VALID"}
@@ -653,3 +654,21 @@ def _needed(operations, output, model_input, tensors):
                 raise TFLiteError(f"operator {index} ({name}) reads tensor "
                                   f"{tensors[i].name!r}, which nothing computes")
     return chosen
+
+
+def litert_output(path, x):
+    """What LiteRT's interpreter with its reference kernels (``BUILTIN_REF``) gives for
+    ``x`` (of any batch) from the model in file ``path``: the oracle tpuer is compared with.
+    ``None`` without the ai-edge-litert package."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    except ImportError:
+        return None
+    interpreter = Interpreter(model_path=str(path),
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    index = interpreter.get_input_details()[0]["index"]
+    interpreter.resize_tensor_input(index, x.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(index, x)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
