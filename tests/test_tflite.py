@@ -154,6 +154,12 @@ def test_unsupported_operator_is_named_with_its_index():
         from_tflite(MODELS / "unsupported_tanh.tflite")
 
 
+def test_float_model_is_refused_naming_the_tensor():
+    with pytest.raises(TFLiteError, match=r"operator 0 \(FULLY_CONNECTED\): tensor .* has "
+                                          r"type float32; tpuer runs int8 here"):
+        from_tflite(MODELS / "unsupported_float.tflite")
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda data: b"", "not a TFLite model"),
     (lambda data: b"\x00" * 64, "not a TFLite model"),

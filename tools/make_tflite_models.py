@@ -35,6 +35,11 @@ def convert(tf, model, input_shape, *, float_io=False, seed=0):
     return converter.convert()
 
 
+def convert_float(tf, model):
+    """``model`` converted without quantisation: a float32 model, which tpuer refuses."""
+    return tf.lite.TFLiteConverter.from_keras_model(model).convert()
+
+
 def models(tf):
     """``{name: (keras model, input shape, float_io)}``."""
     layers = tf.keras.layers
@@ -101,7 +106,11 @@ def main():
     args = parser.parse_args()
     import tensorflow as tf
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, (model, shape, float_io) in models(tf).items():
+    found = models(tf)
+    tf.keras.utils.set_random_seed(8)
+    float_model = tf.keras.Sequential([tf.keras.Input((6,)), tf.keras.layers.Dense(3)])
+    (args.out / "unsupported_float.tflite").write_bytes(convert_float(tf, float_model))
+    for name, (model, shape, float_io) in found.items():
         data = convert(tf, model, shape, float_io=float_io)
         (args.out / f"{name}.tflite").write_bytes(data)
         print(f"{name}.tflite: {len(data):,} bytes")

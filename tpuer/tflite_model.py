@@ -68,14 +68,23 @@ class Operation:
     def _fail(self, problem):
         raise TFLiteError(f"{self.where()}: {problem}")
 
+    def _output_tensor(self, model, *, dtypes=(np.int8,)):
+        """The operator's output, checked as :meth:`_tensor` checks an input."""
+        return self._checked(model.tensors[self.outputs[0]], dtypes, constant=False)
+
     def _tensor(self, model, position, *, dtypes=(np.int8,), constant=None):
-        index = self.inputs[position] if position >= 0 else self.outputs[0]
-        if index < 0:
+        """Input ``position``, refused unless of one of ``dtypes``, a constant in the file
+        (``constant`` True) or not (False), and quantised when int8."""
+        if position >= len(self.inputs) or self.inputs[position] < 0:
             self._fail(f"input {position} is missing")
-        tensor = model.tensors[index]
-        if np.dtype(tensor.dtype) not in [np.dtype(d) for d in dtypes]:
-            self._fail(f"tensor {tensor.name!r} has type {np.dtype(tensor.dtype).name}; "
-                       f"tpuer runs {' or '.join(np.dtype(d).name for d in dtypes)} here")
+        return self._checked(model.tensors[self.inputs[position]], dtypes, constant)
+
+    def _checked(self, tensor, dtypes, constant):
+        if tensor.dtype is None or np.dtype(tensor.dtype) not in [np.dtype(d) for d in dtypes]:
+            kind = "a type tpuer does not read" if tensor.dtype is None else \
+                f"type {np.dtype(tensor.dtype).name}"
+            self._fail(f"tensor {tensor.name!r} has {kind}; tpuer runs "
+                       f"{' or '.join(np.dtype(d).name for d in dtypes)} here")
         if constant is True and tensor.data is None:
             self._fail(f"tensor {tensor.name!r} must be a constant in the file")
         if constant is False and tensor.data is not None:
@@ -115,7 +124,7 @@ class _MatrixOperation(Operation):
     def _check(self, model):
         self._input = self._tensor(model, 0, constant=False)
         self._filter = self._tensor(model, 1, constant=True)
-        self._output = self._tensor(model, -1, constant=False)
+        self._output = self._output_tensor(model)
         self._bias = None
         if len(self.inputs) > 2 and self.inputs[2] >= 0:
             self._bias = self._tensor(model, 2, dtypes=(np.int32,), constant=True)
@@ -283,7 +292,7 @@ class DepthwiseConv2D(_Convolution):
 class _Pool(Operation):
     def _check(self, model):
         self._input = self._tensor(model, 0, constant=False)
-        self._output = self._tensor(model, -1, constant=False)
+        self._output = self._output_tensor(model)
         if self._input.quantization != self._output.quantization:
             self._fail("its input and output are quantised differently")
         self.bounds = kernels.activation_range(self._activation(),
@@ -311,7 +320,7 @@ class Mean(Operation):
 
     def _check(self, model):
         self._input = self._tensor(model, 0, constant=False)
-        self._output = self._tensor(model, -1, constant=False)
+        self._output = self._output_tensor(model)
         axes = self._tensor(model, 1, dtypes=(np.int32,), constant=True).data
         rank = len(self._input.shape)
         self._axes = sorted({int(a) % rank for a in np.ravel(axes)})
@@ -330,7 +339,7 @@ class Add(Operation):
     def _check(self, model):
         self._a = self._tensor(model, 0)
         self._b = self._tensor(model, 1)
-        self._output = self._tensor(model, -1, constant=False)
+        self._output = self._output_tensor(model)
         self.bounds = kernels.activation_range(self._activation(),
                                                *self._output.quantization)
 
@@ -344,7 +353,7 @@ class Add(Operation):
 class Softmax(Operation):
     def _check(self, model):
         self._input = self._tensor(model, 0, constant=False)
-        output = self._tensor(model, -1, constant=False)
+        output = self._output_tensor(model)
         scale, zero = output.quantization
         if zero != -128 or abs(float(scale) - 1 / 256) > 0.001 / 256:
             self._fail(f"its output is quantised with scale {scale} and zero point {zero}; "
@@ -361,7 +370,7 @@ class Quantize(Operation):
 
     def _check(self, model):
         self._tensor(model, 0, dtypes=(np.float32,), constant=False)
-        self._output = self._tensor(model, -1, constant=False)
+        self._output = self._output_tensor(model)
 
     def run(self, model, values, matmul):
         values[self.outputs[0]] = kernels.quantize(values[self.inputs[0]],
@@ -373,7 +382,7 @@ class Dequantize(Operation):
 
     def _check(self, model):
         self._input = self._tensor(model, 0, constant=False)
-        self._tensor(model, -1, dtypes=(np.float32,), constant=False)
+        self._output_tensor(model, dtypes=(np.float32,))
 
     def run(self, model, values, matmul):
         values[self.outputs[0]] = kernels.dequantize(values[self.inputs[0]],
@@ -385,7 +394,7 @@ class Pad(Operation):
 
     def _check(self, model):
         self._input = self._tensor(model, 0, constant=False)
-        self._output = self._tensor(model, -1, constant=False)
+        self._output = self._output_tensor(model)
         paddings = self._tensor(model, 1, dtypes=(np.int32, np.int64), constant=True).data
         self._paddings = np.asarray(paddings).reshape(-1, 2)
         if self._paddings.shape[0] != len(self._input.shape) or np.any(self._paddings[0]):
@@ -407,7 +416,7 @@ class Reshape(Operation):
 
     def _check(self, model):
         self._input = self._tensor(model, 0, constant=False)
-        self._output = self._tensor(model, -1, constant=False)
+        self._output = self._output_tensor(model)
         if self._input.quantization != self._output.quantization:
             self._fail("its input and output are quantised differently")
 
@@ -460,11 +469,10 @@ class TFLiteModel:
     compute the output, in order (operators that only compute a RESHAPE's shape are left
     out)."""
 
-    def __init__(self, tensors, operations, input_index, output_index, *, buffers):
+    def __init__(self, tensors, operations, input_index, output_index):
         self.tensors = tensors
         self.input = tensors[input_index]
         self.output = tensors[output_index]
-        self._buffers = buffers
         self.operations = []
         for index, name, inputs, outputs, options in operations:
             self.operations.append(SUPPORTED_OPERATORS[name](self, index, name, inputs,
@@ -574,7 +582,7 @@ def from_tflite(source):
         raise TFLiteError("not a TFLite model (no TFL3 identifier in its first 8 bytes)")
     try:
         model = tflite.Model.GetRootAsModel(data, 0)
-        graph, tensors, operations, buffers = _parse(tflite, model)
+        graph, tensors, operations = _parse(tflite, model)
     except TFLiteError:
         raise
     except Exception as error:          # the flatbuffer's own checks: a damaged file
@@ -585,7 +593,7 @@ def from_tflite(source):
         raise TFLiteError(f"the model has {len(inputs)} inputs and {len(outputs)} outputs; "
                           f"tpuer runs models with one of each")
     needed = _needed(operations, outputs[0], inputs[0], tensors)
-    return TFLiteModel(tensors, needed, int(inputs[0]), int(outputs[0]), buffers=buffers)
+    return TFLiteModel(tensors, needed, int(inputs[0]), int(outputs[0]))
 
 
 def _parse(tflite, model):
@@ -624,7 +632,7 @@ def _parse(tflite, model):
             name = f"CUSTOM {code.CustomCode().decode(errors='replace')}"
         operations.append((index, name, [int(i) for i in op.InputsAsNumpy()],
                            [int(i) for i in op.OutputsAsNumpy()], _options(tflite, op)))
-    return graph, tensors, operations, buffers
+    return graph, tensors, operations
 
 
 def _needed(operations, output, model_input, tensors):
