@@ -21,7 +21,7 @@ from conftest import require_simulator, seed
 from test_device import SMALL       # the simulators built for its tests serve these too
 
 MODELS = Path(__file__).parent / "data" / "tflite"
-RUNNABLE = ["dense", "conv", "depthwise", "pool", "residual", "float_io"]
+RUNNABLE = ["dense", "conv", "depthwise", "pool", "dilated", "residual", "float_io"]
 #: Which operators (and fused activations) each model holds: the test below checks that
 #: together they cover everything tpuer says it runs.
 COVERED = {
@@ -29,6 +29,8 @@ COVERED = {
     "conv": {"CONV_2D", "RESHAPE", "FULLY_CONNECTED", "RELU", "RELU6", "NONE"},
     "depthwise": {"DEPTHWISE_CONV_2D", "CONV_2D", "RELU_N1_TO_1", "RELU", "NONE"},
     "pool": {"PAD", "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN", "SOFTMAX"},
+    "dilated": {"SPACE_TO_BATCH_ND", "CONV_2D", "DEPTHWISE_CONV_2D", "BATCH_TO_SPACE_ND",
+                "ADD", "AVERAGE_POOL_2D", "PADV2", "MEAN"},
     "residual": {"ADD", "MEAN", "SOFTMAX"},
     "float_io": {"QUANTIZE", "DEQUANTIZE"},
 }
@@ -81,12 +83,11 @@ def test_the_models_cover_every_supported_operator_and_activation():
         activations = {getattr(op, "activation", None) for op in model.operations} - {None}
         assert covered <= names | activations, f"{name}: {covered - names - activations}"
         seen |= names | activations
-    supported = set(tpuer.tflite_model.SUPPORTED_OPERATORS) - {"PADV2", "SQUEEZE",
-                                                                "EXPAND_DIMS"}
+    supported = set(tpuer.tflite_model.SUPPORTED_OPERATORS) - {"SQUEEZE", "EXPAND_DIMS"}
     assert supported | {"NONE", "RELU", "RELU6", "RELU_N1_TO_1"} <= seen
 
 
-@pytest.mark.parametrize("name", ["conv", "depthwise", "residual", "float_io"])
+@pytest.mark.parametrize("name", ["conv", "depthwise", "dilated", "residual", "float_io"])
 def test_golden_device_equals_litert(name):
     model = from_tflite(MODELS / f"{name}.tflite")
     x = inputs(model, rng_for(name), 5)

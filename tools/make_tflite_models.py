@@ -82,6 +82,18 @@ def models(tf):
         layers.GlobalAveragePooling2D(), layers.Dense(3), layers.Softmax()),
         (10, 10, 3), False)
 
+    bias = tf.constant(np.linspace(-0.5, 0.5, 4, dtype=np.float32))
+    found["dilated"] = (seeded(
+        9, tf.keras.Input((12, 12, 2)),
+        layers.Conv2D(4, 3, dilation_rate=2, padding="same", activation="relu"),
+        layers.DepthwiseConv2D(3, dilation_rate=2, padding="valid"),
+        layers.AveragePooling2D(3, strides=2, padding="valid"),
+        layers.Lambda(lambda t: tf.pad(t, [[0, 0], [1, 1], [0, 2], [0, 0]],
+                                       constant_values=0.25)),
+        layers.Lambda(lambda t: t + bias),
+        layers.GlobalAveragePooling2D(keepdims=True),
+        layers.Flatten(), layers.Dense(4)), (12, 12, 2), False)
+
     tf.keras.utils.set_random_seed(5)
     inputs = tf.keras.Input((8, 8, 4))
     trunk = layers.Conv2D(4, 3, padding="same", activation="relu")(inputs)

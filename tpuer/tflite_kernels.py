@@ -18,7 +18,8 @@ from .sim.activation_model import (rounding_divide_by_pot, rounding_doubling_hig
 __all__ = ["round_half_away", "tflite_multiplier", "multiply_by_quantized_multiplier",
            "activation_range", "same_padding", "output_size", "patches", "integer_product",
            "requantize_double", "requantize_float", "max_pool", "average_pool", "mean",
-           "add", "softmax", "quantize", "dequantize", "pad"]
+           "add", "softmax", "quantize", "dequantize", "pad", "space_to_batch",
+           "batch_to_space"]
 
 INT8_MIN, INT8_MAX = -128, 127
 
@@ -211,6 +212,30 @@ def pad(x, paddings, value):
     """PAD: ``x`` with ``paddings[d] = (before, after)`` positions of ``value`` along each
     axis."""
     return np.pad(x, [tuple(int(v) for v in p) for p in paddings], constant_values=value)
+
+
+def space_to_batch(x, block, paddings, value):
+    """SPACE_TO_BATCH_ND on (N, H, W, C): pad rows and columns with ``value``, then split
+    them into ``block`` phases, phase ``(i, j)`` the batch entries ``(i * bw + j) * N + n``."""
+    n, _, _, channels = x.shape
+    (bh, bw) = block
+    padded = np.pad(x, [(0, 0), tuple(paddings[0]), tuple(paddings[1]), (0, 0)],
+                    constant_values=value)
+    height, width = padded.shape[1] // bh, padded.shape[2] // bw
+    phases = padded[:, :height * bh, :width * bw].reshape(n, height, bh, width, bw, channels)
+    return phases.transpose(2, 4, 0, 1, 3, 5).reshape(bh * bw * n, height, width, channels)
+
+
+def batch_to_space(x, block, crops):
+    """BATCH_TO_SPACE_ND, the inverse of :func:`space_to_batch`: the phases interleaved
+    back into rows and columns, then ``crops`` (before, after) cut off each."""
+    batch, height, width, channels = x.shape
+    (bh, bw) = block
+    n = batch // (bh * bw)
+    whole = x.reshape(bh, bw, n, height, width, channels).transpose(2, 3, 0, 4, 1, 5)
+    whole = whole.reshape(n, height * bh, width * bw, channels)
+    (top, bottom), (left, right) = crops
+    return whole[:, top:height * bh - bottom, left:width * bw - right]
 
 
 # --- SOFTMAX: gemmlowp's fixed-point exp and reciprocal, as LiteRT's reference kernel ---

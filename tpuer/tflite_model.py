@@ -410,6 +410,39 @@ class Pad(Operation):
                                               self._value)
 
 
+class _BlockOperation(Operation):
+    """SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND on (N, H, W, C), with constant block shape
+    and paddings or crops (what the converter makes of a dilated convolution)."""
+
+    def _check(self, model):
+        self._input = self._tensor(model, 0, constant=False)
+        self._output = self._output_tensor(model)
+        if len(self._input.shape) != 4:
+            self._fail(f"its input has shape {self._input.shape}, not (N, H, W, C)")
+        if self._input.quantization != self._output.quantization:
+            self._fail("its input and output are quantised differently")
+        block = self._tensor(model, 1, dtypes=(np.int32,), constant=True).data
+        edges = self._tensor(model, 2, dtypes=(np.int32,), constant=True).data
+        if block.size != 2 or edges.size != 4 or np.any(block < 1) or np.any(edges < 0):
+            self._fail(f"block shape {block.tolist()} and {edges.tolist()} are not two "
+                       f"positive sizes and two (before, after) pairs")
+        self._block = tuple(int(b) for b in block)
+        self._edges = edges.reshape(2, 2)
+
+
+class SpaceToBatchND(_BlockOperation):
+    def run(self, model, values, matmul):
+        _, zero = self._output.quantization
+        values[self.outputs[0]] = kernels.space_to_batch(values[self.inputs[0]], self._block,
+                                                         self._edges, zero)
+
+
+class BatchToSpaceND(_BlockOperation):
+    def run(self, model, values, matmul):
+        values[self.outputs[0]] = kernels.batch_to_space(values[self.inputs[0]], self._block,
+                                                         self._edges)
+
+
 class Reshape(Operation):
     """RESHAPE (and SQUEEZE, EXPAND_DIMS): to the output tensor's shape, whatever the
     batch."""
@@ -436,6 +469,7 @@ SUPPORTED_OPERATORS = {
     "AVERAGE_POOL_2D": AveragePool2D, "MEAN": Mean, "ADD": Add, "SOFTMAX": Softmax,
     "QUANTIZE": Quantize, "DEQUANTIZE": Dequantize, "PAD": Pad, "PADV2": Pad,
     "RESHAPE": Reshape, "SQUEEZE": Reshape, "EXPAND_DIMS": Reshape,
+    "SPACE_TO_BATCH_ND": SpaceToBatchND, "BATCH_TO_SPACE_ND": BatchToSpaceND,
 }
 
 
