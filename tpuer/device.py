@@ -297,7 +297,9 @@ class Device:
         on_tpu = sum(operation.on_tpu for operation in model.operations)
         totals = dict.fromkeys(("cycles", "mxu_busy_cycles", "weight_stall_cycles",
                                 "instructions", "macs", "programs"), 0)
-        bar = self._progress(progress, 0, on_tpu, "tpuer run")
+        # At best every multiplier busy every cycle: a lower bound, to decide on a bar.
+        least = model.macs_per_sample() * len(x) // (self.config.rows * self.config.cols)
+        bar = self._progress(progress, least, on_tpu, "tpuer run")
         done = 0
         self.operator_cycles, before = {}, [0]
 
