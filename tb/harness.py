@@ -103,14 +103,17 @@ class CocotbIO:
 
 
 class StreamSource:
-    """Offers queued items on a valid/ready stream, idling at random between them.
+    """Offers queued items on a valid/ready stream, idling at random between them, from
+    cycle ``start`` on.
 
     Once ``valid`` is raised it stays raised, with the same payload, until the item is
     taken; ``valid`` never waits for ``ready``.
     """
 
-    def __init__(self, prefix, codec, items=(), *, idle=0.0, rng=None, has_ready=True):
+    def __init__(self, prefix, codec, items=(), *, idle=0.0, rng=None, has_ready=True,
+                 start=0):
         self.prefix = prefix
+        self.start = start
         self.codec = codec
         self.queue = deque(items)
         self.idle = idle
@@ -126,7 +129,8 @@ class StreamSource:
         return self.current is None and not self.queue
 
     def drive(self, io):
-        if self.current is None and self.queue and self.rng.random() >= self.idle:
+        if self.current is None and self.queue and io.cycle >= self.start and \
+                self.rng.random() >= self.idle:
             self.current = self.queue.popleft()
             io.set(f"{self.prefix}__payload", self.codec.encode(self.current))
         io.set(f"{self.prefix}__valid", int(self.current is not None))

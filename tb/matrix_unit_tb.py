@@ -40,12 +40,13 @@ def edge_batches(cfg, rng):
 
 
 async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0,
-                         leading_vectors=0, expect_back_to_back=False,
+                         row_start=0, leading_vectors=0, expect_back_to_back=False,
                          expect_back_pressure=False, collect=None):
     """Stream ``batches`` of (tile, rows) through the matrix unit and compare every result
     row, its tag and its latency with the golden model.
 
-    ``leading_vectors`` rows go first without a tile switch (they must give zeros after
+    The rows start in cycle ``row_start``. ``leading_vectors`` rows go first without a
+    tile switch (they must give zeros after
     reset). With ``expect_back_to_back``, also check that after the first tile no vector
     waited for weights and the results left in consecutive cycles (no drain, no bubble).
     With ``expect_back_pressure``, check that the Weight FIFO did push back. A ``collect``
@@ -70,7 +71,7 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
     weight_source = StreamSource("weights", Codec(dut.weights.payload.shape()), weights,
                                  idle=weight_idle, rng=random.Random(int(rng.integers(1 << 31))))
     row_source = StreamSource("rows", Codec(dut.row_layout), vectors, idle=row_idle,
-                              rng=random.Random(int(rng.integers(1 << 31))))
+                              rng=random.Random(int(rng.integers(1 << 31))), start=row_start)
     # The input register takes the payload in every cycle, valid or not, and its tag shows
     # on ``upcoming``: the payload is driven from the start, as the datapath drives it
     # from its registers (left undriven it is Z in Icarus until the first vector).
@@ -89,7 +90,7 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
         present.append((valid, result_codec.decode(io.get("results__payload"))["tag"]
                         if valid else None))
 
-    budget = 200 + 4 * (len(vectors) + len(weights)) * (1 + 4 * max(row_idle, weight_idle)) \
+    budget = 200 + row_start + 4 * (len(vectors) + len(weights)) * (1 + 4 * max(row_idle, weight_idle)) \
         + 2 * matrix_unit_latency(cfg)
     await run_cycles(io, [weight_source, row_source, sink],
                      until=lambda: len(sink.items) == len(vectors),
@@ -150,10 +151,13 @@ async def bench_back_to_back(io, cfg, rng):
 
 
 async def bench_weight_backpressure(io, cfg, rng):
-    """More tiles than the Weight FIFO holds, while vectors trickle in: the FIFO must push
-    back and still deliver every tile exactly once."""
+    """More tiles than the Weight FIFO and the shadow weights hold, offered a row per cycle
+    while no vector takes a tile (the vectors start once the FIFO could have filled twice
+    over) and then while vectors trickle in: the FIFO must push back and still deliver
+    every tile exactly once."""
     batches = random_batches(cfg, rng, 2 * cfg.weight_fifo_tiles + 3, min_rows=1, max_rows=3)
-    await check_products(io, cfg, batches, rng=rng, row_idle=0.9, expect_back_pressure=True)
+    await check_products(io, cfg, batches, rng=rng, row_idle=0.9, expect_back_pressure=True,
+                         row_start=2 * (cfg.weight_fifo_tiles + 1) * cfg.rows + 10)
 
 
 BENCHES = {
