@@ -15,8 +15,9 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(BIN)/tpuer demo
 
+# The suite over every core (pytest-xdist); simulator builds are shared between workers.
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
 	$(BIN)/tpuer bench
