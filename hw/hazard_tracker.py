@@ -112,12 +112,17 @@ class HazardTracker(wiring.Component):
         ]
 
     def elaborate(self, platform):
-        cfg = self._cfg
         m = Module()
+        self._track(m, *self._handed())
+        return m
+
+    def _track(self, m, handed_dma, handed_activate):
+        """The flags, the rows compared at the load (``handed_*``: what the instruction
+        under way hands over as it retires, :meth:`_handed`)."""
+        cfg = self._cfg
         row_bits = cfg.row_bits
         current, upcoming, transfer = self.current, self.upcoming, self.transfer
         a, a_end = current.instr.a, current.a_end
-        handed_dma, handed_activate = self._handed()
         dma_next = (Mux(handed_dma, a[:row_bits], transfer.low[:row_bits]),
                     Mux(handed_dma, a_end[:row_bits], transfer.high[:row_bits]))
         acc_next = (Mux(handed_activate, a[:row_bits], self.activation.acc_low[:row_bits]),
@@ -152,7 +157,6 @@ class HazardTracker(wiring.Component):
                     acc_rows_pending=acc_rows_pending,
                     dma_waits=is_op[Opcode.WRITE_HOST] & current.instr.flags[0] &
                     acc_rows_pending)
-        return m
 
 
 class RegisteredHazardTracker(HazardTracker):
@@ -166,13 +170,11 @@ class RegisteredHazardTracker(HazardTracker):
     Latency: as :class:`HazardTracker`.
     """
 
-    def elaborate(self, platform):
+    def _track(self, m, handed_dma, handed_activate):
         cfg = self._cfg
-        m = Module()
         row_bits = cfg.row_bits
         current, upcoming, transfer = self.current, self.upcoming, self.transfer
         a, a_end = current.instr.a, current.a_end
-        handed_dma, handed_activate = self._handed()
         is_op, next_is_op = opcode_bits(current.is_op), opcode_bits(upcoming.is_op)
         next_rows_a, next_rows_b = self._next_rows().values()
         kind_handed = dma_kind(is_op[Opcode.READ_HOST], current.instr.flags[0], select=Mux)
@@ -223,4 +225,3 @@ class RegisteredHazardTracker(HazardTracker):
         self._drive(m, ub_a=ub_a, acc_b=acc_b, dma_blocks_matmul=dma_blocks,
                     dma_blocks_activate=dma_blocks, acc_rows_pending=acc_rows_pending,
                     dma_waits=acc_rows_pending)
-        return m
