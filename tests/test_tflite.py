@@ -65,14 +65,25 @@ def rng_for(name):
 
 
 @pytest.mark.parametrize("name", RUNNABLE)
-def test_reference_equals_litert(name):
+def test_reference_equals_litert_operator_by_operator(name):
+    """Every operator's output, not only the model's: a later operator (a pool, a MEAN, a
+    SOFTMAX) can hide an earlier one's error."""
     model = from_tflite(MODELS / f"{name}.tflite")
     x = inputs(model, rng_for(name), 61)
-    expected = litert(name, x)
-    y = model.reference(x)
-    assert y.dtype == expected.dtype and y.shape == expected.shape
-    mismatched = np.argwhere(y != expected)
-    assert len(mismatched) == 0, f"{len(mismatched)} values differ, first at {mismatched[0]}"
+    pytest.importorskip("ai_edge_litert")
+    expected, tensors = litert_output(MODELS / f"{name}.tflite", x,
+                                      tensors=[op.outputs[0] for op in model.operations])
+
+    def compare(operation, output):
+        want = tensors[operation.outputs[0]]
+        assert output.dtype == want.dtype and output.shape == want.shape, operation.where()
+        wrong = np.argwhere(output != want)
+        assert len(wrong) == 0, (f"{operation.where()}: {len(wrong)} values differ, the "
+                                 f"first at {wrong[0].tolist()}")
+
+    y = model.run(x, lambda a, b: a.astype(np.int64) @ b.astype(np.int64), after=compare)
+    np.testing.assert_array_equal(y, expected)
+    assert y.dtype == expected.dtype
 
 
 def test_the_models_cover_every_supported_operator_and_activation():
@@ -226,3 +237,19 @@ def test_multiply_by_quantized_multiplier_left_and_right():
     # after the high multiply), 1.3125 -> 1.
     assert kernels.multiply_by_quantized_multiplier(x, 3 << 29, -2).tolist() == \
         [188, -188, 1, -1]
+
+
+def test_fully_connected_requantisation_rounds_halves_away_from_zero():
+    """C's round, as the reference kernel's float path: 2.5 -> 3 and -2.5 -> -3 (round
+    to even would give 2 and -2)."""
+    acc = np.array([[5, -5, 3, -3, 1]])
+    assert kernels.requantize_float(acc, 0.5, 0, (-128, 127)).tolist() == [[3, -3, 2, -2, 1]]
+    assert kernels.requantize_float(acc, 0.5, 10, (-128, 12)).tolist() == [[12, 7, 12, 8, 11]]
+
+
+def test_average_pool_divides_as_c_does():
+    """A 2x2 window's sum plus or minus half the count, divided with truncation: -6 / 4
+    gives -2 (floor of -4 / 4 would give -1), 6 / 4 gives 2, -5 / 4 gives -1."""
+    x = np.array([-1, -2, -1, -2, 1, 2, 1, 2, -1, -2, -1, -1], np.int8).reshape(3, 2, 2, 1)
+    pooled = kernels.average_pool(x, (2, 2), (2, 2), "VALID", (-128, 127))
+    assert pooled.reshape(-1).tolist() == [-2, 2, -1]

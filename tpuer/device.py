@@ -303,7 +303,7 @@ class Device:
         done = 0
         self.operator_cycles, before = {}, [0]
 
-        def after(operation):
+        def after(operation, output):
             if operation.on_tpu:
                 self.operator_cycles[operation.index] = (totals["cycles"] or 0) - before[0]
                 before[0] = totals["cycles"] or 0

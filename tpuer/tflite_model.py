@@ -542,13 +542,13 @@ class TFLiteModel:
 
     def run(self, x, matmul, *, after=None):
         """The output for ``x``, the int8 products computed by ``matmul(a, b)``;
-        ``after(operation)`` is called when each operator is done."""
+        ``after(operation, output)`` is called when each operator is done."""
         self.check_input(x)
         values = {self.input.index: x}
         for operation in self.operations:
             operation.run(self, values, matmul)
             if after is not None:
-                after(operation)
+                after(operation, values[operation.outputs[0]])
         return values[self.output.index]
 
     def reference(self, x):
@@ -698,19 +698,24 @@ def _needed(operations, output, model_input, tensors):
     return chosen
 
 
-def litert_output(path, x):
+def litert_output(path, x, *, tensors=()):
     """What LiteRT's interpreter with its reference kernels (``BUILTIN_REF``) gives for
     ``x`` (of any batch) from the model in file ``path``: the oracle tpuer is compared with.
+    With ``tensors`` (indices), ``(output, {index: value})``, the values those tensors had.
     ``None`` without the ai-edge-litert package."""
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError:
         return None
     interpreter = Interpreter(model_path=str(path),
-                              experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                              experimental_preserve_all_tensors=bool(tensors))
     index = interpreter.get_input_details()[0]["index"]
     interpreter.resize_tensor_input(index, x.shape)
     interpreter.allocate_tensors()
     interpreter.set_tensor(index, x)
     interpreter.invoke()
-    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    output = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    if not tensors:
+        return output
+    return output, {i: interpreter.get_tensor(i) for i in tensors}
