@@ -122,6 +122,20 @@ def test_simulated_device_equals_litert(backend):
     assert device.stats == golden.stats
 
 
+def test_serial_device_on_a_faulty_line_equals_litert():
+    """The serial back end too: a board modelled in simulated time, its line flipping,
+    dropping and repeating bytes."""
+    from tpuer.sim.model_board import ModelBoard
+    cfg = tpuer.Config(rows=4, cols=4, ub_depth=64, acc_depth=32, weight_tiles=160,
+                       program_depth=256)
+    board = ModelBoard(cfg, faults={"flip": 3e-4, "drop": 2e-4, "duplicate": 2e-4,
+                                    "seed": seed()})
+    model = from_tflite(MODELS / "conv.tflite")
+    x = inputs(model, rng_for("serial"), 2)
+    device = tpuer.Device(cfg, backend="serial", port=board)
+    np.testing.assert_array_equal(device.run(model, x), litert("conv", x))
+
+
 def test_mapping_names_each_operator_and_where_it_runs():
     model = from_tflite(MODELS / "residual.tflite")
     rows = model.mapping()
