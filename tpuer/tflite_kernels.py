@@ -16,7 +16,8 @@ from .sim.activation_model import (rounding_divide_by_pot, rounding_doubling_hig
                                    tflite_multiplier)
 
 __all__ = ["round_half_away", "tflite_multiplier", "multiply_by_quantized_multiplier",
-           "activation_range", "same_padding", "output_size", "patches", "integer_product",
+           "activation_range", "same_padding", "output_size", "window_geometry", "patches",
+           "integer_product",
            "requantize_double", "requantize_float", "max_pool", "average_pool", "mean",
            "add", "softmax", "quantize", "dequantize", "pad", "space_to_batch",
            "batch_to_space"]
@@ -129,12 +130,20 @@ def requantize_float(acc, scale, zero_point, bounds):
     return np.clip(_wrap_int32(scaled) + zero_point, *bounds).astype(np.int8)
 
 
+def window_geometry(size, kernel, stride, dilation, padding):
+    """``(before, out)`` of windows ``kernel`` (rows, columns) moved by ``stride`` over an
+    input of ``size`` (height, width) with ``padding`` ``"SAME"`` or ``"VALID"``: the
+    padding before row and column 0, and the output's height and width."""
+    out = tuple(output_size(n, k, s, d, padding)
+                for n, k, s, d in zip(size, kernel, stride, dilation))
+    before = tuple(same_padding(n, k, s, d, o) if padding == "SAME" else 0
+                   for n, k, s, d, o in zip(size, kernel, stride, dilation, out))
+    return before, out
+
+
 def _pool_windows(x, filter_size, stride, padding):
-    n, height, width, _ = x.shape
-    out = tuple(output_size(size, f, s, 1, padding)
-                for size, f, s in zip((height, width), filter_size, stride))
-    before = tuple(same_padding(size, f, s, 1, o) if padding == "SAME" else 0
-                   for size, f, s, o in zip((height, width), filter_size, stride, out))
+    _, height, width, _ = x.shape
+    before, out = window_geometry((height, width), filter_size, stride, (1, 1), padding)
     windows = patches(x.astype(np.int64), filter_size, stride, (1, 1), before, out, 0)
     inside = patches(np.ones((1, height, width, 1), np.int64), filter_size, stride, (1, 1),
                      before, out, 0)
@@ -240,12 +249,8 @@ def batch_to_space(x, block, crops):
 
 # --- SOFTMAX: gemmlowp's fixed-point exp and reciprocal, as LiteRT's reference kernel ---
 
-def _srdhm(a, b):
-    return rounding_doubling_high_mul(a, b)
-
-
-def _rdbp(x, exponent):
-    return rounding_divide_by_pot(x, exponent)
+_srdhm = rounding_doubling_high_mul       # gemmlowp's names, as in its fixed-point code
+_rdbp = rounding_divide_by_pot
 
 
 def _saturating_left_shift(x, shift):

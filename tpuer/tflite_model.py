@@ -177,6 +177,7 @@ class FullyConnected(_MatrixOperation):
         if self.options.get("weights_format", 0) != 0:
             self._fail("shuffled weights are not supported")
         self._weights = self._filter.data.reshape(self._filter.shape).T.copy()   # (K, N)
+        self._scales = self._effective_scales()
 
     def run(self, model, values, matmul):
         x = values[self.inputs[0]]
@@ -186,7 +187,7 @@ class FullyConnected(_MatrixOperation):
         rows = x.reshape(-1, k)
         acc = self._product(rows, self._weights, matmul)
         _, output_zero = self._output.quantization
-        y = kernels.requantize_float(acc, self._effective_scales(), output_zero, self.bounds)
+        y = kernels.requantize_float(acc, self._scales, output_zero, self.bounds)
         shape = (*x.shape[:-1], y.shape[-1]) if self.options.get("keep_num_dims") else y.shape
         values[self.outputs[0]] = y.reshape(shape)
 
@@ -204,20 +205,17 @@ class _Convolution(_MatrixOperation):
         super()._check(model)
         if len(self._input.shape) != 4:
             self._fail(f"its input has shape {self._input.shape}, not (N, H, W, C)")
-        self._multipliers = [kernels.tflite_multiplier(scale)
-                             for scale in self._effective_scales()]
+        pairs = [kernels.tflite_multiplier(scale) for scale in self._effective_scales()]
+        self._multipliers = np.array([m for m, _ in pairs], np.int64)
+        self._exponents = np.array([e for _, e in pairs], np.int64)
 
     def _geometry(self, height, width):
-        kh, kw = self._kernel()
+        kernel = self._filter.shape[1:3]
         o = self.options
         stride, dilation = (o["stride_h"], o["stride_w"]), (o["dilation_h"], o["dilation_w"])
-        padding = PADDINGS[o["padding"]]
-        out = tuple(kernels.output_size(size, f, s, d, padding)
-                    for size, f, s, d in zip((height, width), (kh, kw), stride, dilation))
-        before = tuple(kernels.same_padding(size, f, s, d, n) if padding == "SAME" else 0
-                       for size, f, s, d, n in zip((height, width), (kh, kw), stride,
-                                                   dilation, out))
-        return (kh, kw), stride, dilation, before, out
+        before, out = kernels.window_geometry((height, width), kernel, stride, dilation,
+                                              PADDINGS[o["padding"]])
+        return kernel, stride, dilation, before, out
 
     def _windows(self, x):
         _, input_zero = self._input.quantization
@@ -238,17 +236,12 @@ class _Convolution(_MatrixOperation):
 
     def _requantize(self, acc):
         _, output_zero = self._output.quantization
-        multipliers = np.array([m for m, _ in self._multipliers], np.int64)
-        exponents = np.array([e for _, e in self._multipliers], np.int64)
-        return kernels.requantize_double(acc, multipliers, exponents, output_zero,
+        return kernels.requantize_double(acc, self._multipliers, self._exponents, output_zero,
                                          self.bounds)
 
 
 class Conv2D(_Convolution):
     """CONV_2D: filters (O, KH, KW, C)."""
-
-    def _kernel(self):
-        return self._filter.shape[1:3]
 
     def _check(self, model):
         super()._check(model)
@@ -265,9 +258,6 @@ class DepthwiseConv2D(_Convolution):
     """DEPTHWISE_CONV_2D: filters (1, KH, KW, C * depth_multiplier); output channel
     ``c * m + j`` sees input channel ``c`` only. On the TPU a block-diagonal product:
     every channel's window against the filters of its own output channels."""
-
-    def _kernel(self):
-        return self._filter.shape[1:3]
 
     def _channels(self):
         return self._filter.shape[3]
@@ -286,7 +276,6 @@ class DepthwiseConv2D(_Convolution):
             weights[:, :, oc // multiplier, oc] = filters[:, :, oc]
         self._weights = weights.reshape(-1, out_channels)
         self._useful = kh * kw * out_channels
-
 
 
 class _Pool(Operation):
