@@ -75,8 +75,14 @@ def _tally(totals, run, where):
     if run.state is not CoreState.HALTED:
         raise TPUError(f"{where} stopped in {run.state.name} with {run.error.name} at "
                        f"instruction {run.error_pc}")
+    _add_counters(totals, {name: getattr(run, name) for name in totals})
+
+
+def _add_counters(totals, counts):
+    """Add ``counts`` to ``totals``, name by name; a count the back end does not report
+    (``None``) makes the total ``None``."""
     for name in totals:
-        value = getattr(run, name)
+        value = counts.get(name)
         totals[name] = None if value is None or totals[name] is None else totals[name] + value
 
 
@@ -296,17 +302,12 @@ class Device:
         budget = self._budget(max_cycles)
         on_tpu = sum(operation.on_tpu for operation in model.operations)
         totals = dict.fromkeys(("cycles", "mxu_busy_cycles", "weight_stall_cycles",
-                                "instructions", "macs", "programs"), 0)
+                                "instructions", "programs"), 0)
         # At best every multiplier busy every cycle: a lower bound, to decide on a bar.
         least = model.macs_per_sample() * len(x) // (self.config.rows * self.config.cols)
         bar = self._progress(progress, least, on_tpu, "tpuer run")
         done = 0
-        self.operator_cycles, before = {}, [0]
-
-        def after(operation, output):
-            if operation.on_tpu:
-                self.operator_cycles[operation.index] = (totals["cycles"] or 0) - before[0]
-                before[0] = totals["cycles"] or 0
+        self.operator_cycles = {}
 
         def matmul(a, b):
             nonlocal done
@@ -315,13 +316,15 @@ class Device:
                 raise CycleBudgetError(f"the model used its budget of max_cycles={budget:,} "
                                        f"before its operator {done + 1} on the TPU")
             product = self.matmul(a, b, max_cycles=left, progress=False)
-            for name in totals:
-                value = self.stats.get(name)
-                totals[name] = None if value is None or totals[name] is None \
-                    else totals[name] + value
+            _add_counters(totals, self.stats)
             done += 1
             bar.update(done)
             return product
+
+        def after(operation, output):
+            # A TPU operator makes one product: its cycles are the last matmul's.
+            if operation.on_tpu:
+                self.operator_cycles[operation.index] = self.stats["cycles"]
 
         try:
             result = model.run(x, matmul, after=after)
