@@ -39,6 +39,8 @@ class UnifiedBuffer(wiring.Component):
 
     #: The ``cfg.memory_read_latency`` this form serves.
     READ_LATENCY = 1
+    #: Whether the word read goes through the block RAM's own output register.
+    _registered_output = False
 
     def __init__(self, cfg):
         if cfg.memory_read_latency != self.READ_LATENCY:
@@ -81,7 +83,8 @@ class UnifiedBuffer(wiring.Component):
     def _storage(self):
         cfg = self._cfg
         return BlockRAM(width=self.row_layout.size, depth=cfg.ub_depth,
-                        granularity=cfg.operand_width)
+                        granularity=cfg.operand_width,
+                        registered_output=self._registered_output)
 
     def _read(self, m, storage):
         return bounded_read(m, storage.read_addr, storage.read_en, storage.read_data,
@@ -99,11 +102,7 @@ class RegisteredUnifiedBuffer(UnifiedBuffer):
     """
 
     READ_LATENCY = 2
-
-    def _storage(self):
-        cfg = self._cfg
-        return BlockRAM(width=self.row_layout.size, depth=cfg.ub_depth,
-                        granularity=cfg.operand_width, registered_output=True)
+    _registered_output = True
 
     def _read(self, m, storage):
         return bounded_read(m, storage.read_addr, storage.read_en, storage.read_data,
