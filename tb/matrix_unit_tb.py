@@ -46,8 +46,7 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
     row, its tag and its latency with the golden model.
 
     The rows start in cycle ``row_start``. ``leading_vectors`` rows go first without a
-    tile switch (they must give zeros after
-    reset). With ``expect_back_to_back``, also check that after the first tile no vector
+    tile switch (they must give zeros after reset). With ``expect_back_to_back``, also check that after the first tile no vector
     waited for weights and the results left in consecutive cycles (no drain, no bubble).
     With ``expect_back_pressure``, check that the Weight FIFO did push back. A ``collect``
     dict receives the result rows and the cycles of the first and last one.
@@ -90,8 +89,8 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
         present.append((valid, result_codec.decode(io.get("results__payload"))["tag"]
                         if valid else None))
 
-    budget = 200 + row_start + 4 * (len(vectors) + len(weights)) * (1 + 4 * max(row_idle, weight_idle)) \
-        + 2 * matrix_unit_latency(cfg)
+    budget = 200 + row_start + 2 * matrix_unit_latency(cfg) + \
+        4 * (len(vectors) + len(weights)) * (1 + 4 * max(row_idle, weight_idle))
     await run_cycles(io, [weight_source, row_source, sink],
                      until=lambda: len(sink.items) == len(vectors),
                      max_cycles=int(budget), on_cycle=watch)
