@@ -46,8 +46,9 @@ async def check_products(io, cfg, batches, *, rng, row_idle=0.0, weight_idle=0.0
     row, its tag and its latency with the golden model.
 
     The rows start in cycle ``row_start``. ``leading_vectors`` rows go first without a
-    tile switch (they must give zeros after reset). With ``expect_back_to_back``, also check that after the first tile no vector
-    waited for weights and the results left in consecutive cycles (no drain, no bubble).
+    tile switch (they must give zeros after reset). With ``expect_back_to_back``, also
+    check that after the first tile no vector waited for weights and the results left in
+    consecutive cycles (no drain, no bubble).
     With ``expect_back_pressure``, check that the Weight FIFO did push back. A ``collect``
     dict receives the result rows and the cycles of the first and last one.
     Returns a dict of measured figures.
