@@ -54,18 +54,20 @@ def multiply_by_quantized_multiplier(x, multiplier, exponent):
 def activation_range(activation, scale, zero_point):
     """TFLite's ``CalculateActivationRangeQuantized`` for an int8 output: the clamp bounds
     of a fused ``activation`` (``"NONE"``, ``"RELU"``, ``"RELU6"``, ``"RELU_N1_TO_1"``),
-    each bound quantised in float32 (``zero_point + round(f / scale)``)."""
+    each bound quantised as :func:`quantize` quantises (TFLite takes the larger of the lower
+    bound and -128, the smaller of the upper bound and 127: the clamp that function ends
+    with)."""
     def quantized(value):
-        return zero_point + int(round_half_away(np.float32(value) / np.float32(scale)))
+        return int(quantize(value, scale, zero_point))
 
     if activation == "NONE":
         return INT8_MIN, INT8_MAX
     if activation == "RELU":
-        return max(INT8_MIN, quantized(0.0)), INT8_MAX
+        return quantized(0.0), INT8_MAX
     if activation == "RELU6":
-        return max(INT8_MIN, quantized(0.0)), min(INT8_MAX, quantized(6.0))
+        return quantized(0.0), quantized(6.0)
     if activation == "RELU_N1_TO_1":
-        return max(INT8_MIN, quantized(-1.0)), min(INT8_MAX, quantized(1.0))
+        return quantized(-1.0), quantized(1.0)
     raise ValueError(f"no int8 clamp for the fused activation {activation}")
 
 
