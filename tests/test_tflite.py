@@ -126,8 +126,7 @@ def test_serial_device_on_a_faulty_line_equals_litert():
     """The serial back end too: a board modelled in simulated time, its line flipping,
     dropping and repeating bytes."""
     from tpuer.sim.model_board import ModelBoard
-    cfg = tpuer.Config(rows=4, cols=4, ub_depth=64, acc_depth=32, weight_tiles=160,
-                       program_depth=256)
+    from test_serial import SERIAL_CONFIG as cfg
     board = ModelBoard(cfg, faults={"flip": 3e-4, "drop": 2e-4, "duplicate": 2e-4,
                                     "seed": seed()})
     model = from_tflite(MODELS / "conv.tflite")
