@@ -367,20 +367,20 @@ def test_board_as_the_icebreaker_builds_it_on_icarus(tmp_path):
     assert backend.run(built, seed=seed(), testcase="board_program") == 1
 
 
-#: The README's example fault rates (per byte, each direction).
-README_FAULTS = {"flip": 3e-4, "drop": 2e-4, "duplicate": 2e-4, "break_stop": 2e-4,
+#: The example fault rates of the docs (per byte, each direction).
+EXAMPLE_FAULTS = {"flip": 3e-4, "drop": 2e-4, "duplicate": 2e-4, "break_stop": 2e-4,
                  "pause": 2e-4}
 
 
-@pytest.mark.parametrize("scale, products", [(1, 100), (10, 20)], ids=["readme", "10x"])
-def test_link_holds_on_the_model_board_at_ten_times_the_readme_fault_rates(scale, products):
+@pytest.mark.parametrize("scale, products", [(1, 100), (10, 20)], ids=["example", "10x"])
+def test_link_holds_on_the_model_board_at_ten_times_the_example_fault_rates(scale, products):
     """The whole path (Device, driver, link, board link rules, host command set, core) on
     a board modelled in simulated time: every 64x32x16 product exact, none ending in
-    LinkError, at the README's fault rates and at ten times them. The same seed gives
+    LinkError, at the example's fault rates and at ten times them. The same seed gives
     the same run: the line's time is the model's, not the wall clock's."""
     from tpuer.sim.model_board import ModelBoard
     rng = np.random.default_rng(seed())
-    faults = {name: rate * scale for name, rate in README_FAULTS.items()}
+    faults = {name: rate * scale for name, rate in EXAMPLE_FAULTS.items()}
     board = ModelBoard(SERIAL_CONFIG, faults={**faults, "seed": seed()})
     device = tpuer.Device(SERIAL_CONFIG, backend="serial", port=board)
     retries = 0
@@ -390,7 +390,7 @@ def test_link_holds_on_the_model_board_at_ten_times_the_readme_fault_rates(scale
         assert np.array_equal(device.matmul(a, b), a.astype(np.int64) @ b)
         retries += device.stats["link_retries"]
     injected = sum(board.faults_injected.values())
-    print(f"{products} products at {scale}x the README's fault rates: {injected} faults, "
+    print(f"{products} products at {scale}x the example's fault rates: {injected} faults, "
           f"{retries} retries, {board.now:.1f} s of line time at 115200 baud, no LinkError")
     assert injected > 0 and retries > 0
     # the same seed, the same run
@@ -402,7 +402,7 @@ def test_link_holds_on_the_model_board_at_ten_times_the_readme_fault_rates(scale
     assert (again.now, again.faults_injected) == (first.now, first.faults_injected)
 
 
-@pytest.mark.parametrize("scale, products", [(1, 2), (10, 1)], ids=["readme", "10x"])
+@pytest.mark.parametrize("scale, products", [(1, 2), (10, 1)], ids=["example", "10x"])
 def test_link_holds_on_the_rtl_board_in_simulated_time(scale, products):
     """The same on the board's RTL (Verilator), smaller: 16x16x8 products, each exact,
     none ending in LinkError. The board runs in step with the host (``in_step``), so the
@@ -410,7 +410,7 @@ def test_link_holds_on_the_rtl_board_in_simulated_time(scale, products):
     require_simulator("verilator")
     from tpuer.sim.board_sim import SimulatedBoard
     rng = np.random.default_rng(seed())
-    faults = {name: rate * scale for name, rate in README_FAULTS.items()}
+    faults = {name: rate * scale for name, rate in EXAMPLE_FAULTS.items()}
     retries = 0
     with SimulatedBoard(SERIAL_CONFIG, faults={**faults, "seed": seed()},
                         in_step=True) as board:
@@ -422,7 +422,7 @@ def test_link_holds_on_the_rtl_board_in_simulated_time(scale, products):
             retries += device.stats["link_retries"]
         line_time = board.port.clock()
     injected = sum(board.faults_injected.values())
-    print(f"RTL board, {products} products at {scale}x the README's fault rates: "
+    print(f"RTL board, {products} products at {scale}x the example's fault rates: "
           f"{injected} faults, {retries} retries, {line_time:.1f} s of line time, no LinkError")
     assert injected > 0 and retries > 0
 
