@@ -4,6 +4,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigne
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..isa import MAX_LEFT_SHIFT, Rounding
 from .arith import saturate
 from .delay_line import delayed
 from .registered_multiplier import RegisteredMultiplier
@@ -25,7 +26,8 @@ class ActivationSignature(wiring.Signature):
     Members
     -------
     params : In(StructLayout)
-        ``bias``, ``multiplier`` and ``shift`` per lane; ``zero_point`` and ``relu``
+        ``bias``, ``multiplier``, ``shift`` and ``left_shift`` per lane; ``zero_point``,
+        ``relu``, ``rounding``, ``clamp_min`` and ``clamp_max``
         (:meth:`ActivationUnit.params_layout_for`).
     param_write : In(PARAM_WRITE_LAYOUT)
         Writes of the parameters a unit keeps in a memory of its own (its class's
@@ -59,23 +61,40 @@ def biased(cfg, acc, bias):
     return value
 
 
-def high_half(m, cfg, prod, suffix=""):
+def high_half(m, cfg, prod, nudged_on, suffix=""):
     """Stage 3: ``(prod + nudge) / 2**31`` truncated toward zero and saturated to 32 bits,
-    where ``prod = x * M`` (the saturating rounding doubling high multiply).
+    where ``prod = x * M`` (the saturating rounding doubling high multiply), with the nudge
+    only if ``nudged_on`` (:func:`takes_nudge`), else ``floor(prod / 2**31)``.
 
     gemmlowp's nudge is ``2**30``, or ``1 - 2**30`` for a negative product. A negative
     product is at most -1, so its nudged sum is negative, and truncating a negative
     quotient toward zero is flooring it after adding ``2**31 - 1``: ``1 - 2**30 + 2**31 - 1
-    = 2**30``. Either way the result is ``floor((prod + 2**30) / 2**31)``: one constant
-    nudge and an arithmetic shift, no sign test and no correction."""
+    = 2**30``. Either way the result is ``floor((prod + 2**30) / 2**31)``: one nudge and an
+    arithmetic shift, no sign test and no correction."""
     nudged = Signal(signed(prod.shape().width + 1), name=f"nudged{suffix}")
-    m.d.comb += nudged.eq(prod + nudge(cfg))
+    m.d.comb += nudged.eq(prod + nudge(cfg, nudged_on))
     return high_of_nudged(cfg, nudged)
 
 
-def nudge(cfg):
-    """The constant of :func:`high_half`: ``2**30`` for a Q0.31 multiplier."""
-    return 1 << (cfg.multiplier_width - 2)
+def nudge(cfg, nudged_on=1):
+    """The nudge of :func:`high_half`: ``2**30`` for a Q0.31 multiplier if ``nudged_on``,
+    else 0."""
+    return Cat(Const(0, cfg.multiplier_width - 2), nudged_on)
+
+
+def takes_nudge(rounding, shift):
+    """Whether the product takes the rounding nudge: always with double rounding; with
+    single rounding only when no right shift follows (the shift rounds then)."""
+    return (rounding == Rounding.DOUBLE) | (shift == 0)
+
+
+def shifted_left(x, left_shift):
+    """Stage 1b: the biased word, sign-extended to 32 bits, shifted left by ``left_shift``
+    places within 32 bits (the bits above wrap away)."""
+    x = x.as_signed()
+    if x.shape().width < 32:
+        x = Cat(x, x[-1].replicate(32 - x.shape().width))
+    return (x << left_shift)[:32].as_signed()
 
 
 def high_of_nudged(cfg, nudged):
@@ -104,14 +123,13 @@ def product_sum(products):
     return (high_high << 32) + ((high_low + low_high) << 16) + low_low
 
 
-def split_product_sum(cfg, products):
+def split_product_sum(cfg, products, nudged_on):
     """:func:`product_sum` plus :func:`nudge` in two adds, for a stage each: the middle
     word (the two cross products and the nudge, shifted right by 16) and the outer words
     (``high_high`` above the unsigned ``low_low``, which do not overlap: a concatenation,
     no adder); then ``outer + (middle << 16)``, the nudged product."""
     high_high, high_low, low_high, low_low = products
-    assert nudge(cfg) % (1 << 16) == 0
-    middle = high_low + low_high + (nudge(cfg) >> 16)
+    middle = high_low + low_high + (nudge(cfg, nudged_on) >> 16)
     outer = Cat(low_low.as_unsigned()[:32], high_high).as_signed()
     return middle, outer
 
@@ -135,47 +153,58 @@ def rounding_masks(cfg, shift):
     return half_bit, low_mask, upper_mask
 
 
-def shifted_right(value, shift, half_bit, low_mask, upper_mask):
-    """Stage 4a: ``value >> shift``; whether rounding half away from zero adds one (the
+def shifted_right(value, shift, half_bit, low_mask, upper_mask, single):
+    """Stage 4a: ``value >> shift``; whether rounding adds one: half away from zero (the
     last bit shifted out is set and, for a negative value, some bit below it too: the
-    remainder is above half); and whether the shifted value lies beyond
-    ``operand_width + 1`` signed bits, with the masks of :func:`rounding_masks`."""
+    remainder is above half), or with ``single`` rounding half up (the last bit shifted
+    out is set); and whether the shifted value lies beyond ``operand_width + 1`` signed
+    bits, with the masks of :func:`rounding_masks`."""
     bits = value.as_unsigned()
-    round_up = (bits & half_bit).any() & (~value[-1] | (bits & low_mask).any())
+    round_up = (bits & half_bit).any() & (~value[-1] | (bits & low_mask).any() | single)
     beyond = ((bits ^ value[-1].replicate(len(bits))) & upper_mask).any()
     return value >> shift, round_up, beyond
 
 
-def clamped_output(cfg, truncated, round_up, beyond, zero_point, relu):
-    """Stage 4b: the rounded value (``truncated + round_up``) plus the zero point, clamped
-    to the operand range (from the zero point up with ReLU).
+def saturated_output(cfg, truncated, round_up, beyond, zero_point):
+    """Stage 4b: the rounded value (``truncated + round_up``) plus the zero point,
+    saturated to the operand range.
 
     Only the low ``operand_width + 1`` bits of ``truncated`` are added: a value
     ``beyond`` them (below ``-2**operand_width`` or from ``2**operand_width`` up) is so far
     out of the operand range that no zero point brings it back, and the result is the
-    limit on its side. ReLU needs only the sign of ``truncated``, not the sum: a negative
-    value rounds to at most 0, whose result is the zero point either way. The same result
-    as adding all 32 bits, on a short path."""
+    limit on its side. The same result as adding all 32 bits, on a short path."""
     low = truncated[:cfg.operand_width + 1].as_signed()
     value, _ = saturate(low + round_up + zero_point, cfg.operand_shape)
-    negative = truncated[-1]
-    limit = Mux(negative, cfg.operand_min, cfg.operand_max)
-    return Mux(relu & negative, zero_point, Mux(beyond, limit, value))
+    limit = Mux(truncated[-1], cfg.operand_min, cfg.operand_max)
+    return Mux(beyond, limit, value)
+
+
+def clamped(value, low, high):
+    """Stage 4c: ``value`` clamped to ``[low, high]``: below ``low`` it takes ``low``, else
+    above ``high`` it takes ``high`` (which decides should the bounds cross)."""
+    return Mux(value < low, low, Mux(value > high, high, value))
+
+
+def lower_bound(params):
+    """The lower clamp bound: the zero point with ReLU, else ``clamp_min``."""
+    return Mux(params.relu, params.zero_point, params.clamp_min)
 
 
 class ActivationUnit(wiring.Component):
     """Requantises one row of ``cfg.cols`` accumulator words per cycle, gemmlowp / TFLite
     style, lane by lane::
 
-        x    = saturate_acc(acc + bias)
-        high = saturating_rounding_doubling_high_mul(x, multiplier)   # x * M / 2**31
-        y    = rounding_divide_by_power_of_two(high, shift)            # round half away
-        out  = clamp(y + zero_point, zero_point if relu else operand_min, operand_max)
+        x    = saturate_acc(acc + bias) << left_shift               # wrapping in 32 bits
+        y    = x * multiplier / 2**(31 + shift), rounded by ``rounding``:
+               DOUBLE: rounding_divide_by_pot(srdhm(x, multiplier), shift)
+               SINGLE: floor((x * multiplier + 2**(30 + shift)) / 2**(31 + shift))
+        out  = clamp(saturate(y + zero_point), zero_point if relu else clamp_min, clamp_max)
 
-    ``multiplier`` is a signed Q0.31 number and ``shift`` a right shift of 0 to 31, so the
-    effective scale ``multiplier / 2**(31 + shift)`` is below 1. ReLU in the quantised
-    domain is a lower clamp at the zero point. The golden model is
-    :func:`tpuer.sim.activation_model.requantize`, bit for bit.
+    ``multiplier`` is a signed Q0.31 number, ``shift`` a right shift of 0 to 31 and
+    ``left_shift`` a left shift of 0 to :data:`~tpuer.isa.MAX_LEFT_SHIFT` (CONFIG's SHIFT,
+    negative for a left shift). ReLU, RELU6 and RELU_N1_TO_1 are clamps in the quantised
+    domain. The golden model is :func:`tpuer.sim.activation_model.requantize`, bit for
+    bit.
 
     The parameters (``params``) apply to every row in flight: change them only while
     ``busy`` is low. The unit keeps a copy of them in registers of its own (a cycle
@@ -186,15 +215,15 @@ class ActivationUnit(wiring.Component):
     Members: those of :class:`ActivationSignature` (``busy`` from a register;
     ``param_write`` unused).
 
-    Stages: the row straight from the accumulator memory into registers; bias; four
-    16 x 16-bit partial products (a DSP multiplier each); their sum; the high half; the
-    right shift with the rounding decision (from masks kept in registers, see
+    Stages: the row straight from the accumulator memory into registers; bias; the left
+    shift; four 16 x 16-bit partial products (a DSP multiplier each); their sum; the high
+    half; the right shift with the rounding decision (from masks kept in registers, see
     :func:`rounding_masks`); rounding, zero point and clamp. The forms for fast clocks,
-    :class:`RegisteredActivationUnit` and :class:`FabricProductActivationUnit`, have two
-    and three stages more (:func:`~tpuer.hw.activation_units.activation_unit_class`
+    :class:`RegisteredActivationUnit` and :class:`FabricProductActivationUnit`, have three
+    and four stages more (:func:`~tpuer.hw.activation_units.activation_unit_class`
     picks the form from ``cfg.multiply_latency``).
 
-    Latency: :attr:`latency` cycles (:meth:`latency_for`: 7) from ``i`` to ``o`` with no
+    Latency: :attr:`latency` cycles (:meth:`latency_for`: 8) from ``i`` to ``o`` with no
     back-pressure; the whole pipeline holds while ``o.valid & ~o.ready``. It takes a row
     every cycle.
     """
@@ -210,17 +239,21 @@ class ActivationUnit(wiring.Component):
             "bias": data.ArrayLayout(cfg.bias_shape, cfg.cols),
             "multiplier": data.ArrayLayout(cfg.multiplier_shape, cfg.cols),
             "shift": data.ArrayLayout(cfg.shift_shape, cfg.cols),
+            "left_shift": data.ArrayLayout(unsigned(MAX_LEFT_SHIFT.bit_length()), cfg.cols),
             "zero_point": cfg.operand_shape,
             "relu": 1,
+            "rounding": Rounding,
+            "clamp_min": cfg.operand_shape,
+            "clamp_max": cfg.operand_shape,
         })
 
     #: Cycles from a row entering the unit to its result.
-    LATENCY = 7
+    LATENCY = 8
 
     @classmethod
     def latency_for(cls, cfg):
-        """Cycles from a row entering the unit to its result: 7 here
-        (:class:`RegisteredActivationUnit` 9, :class:`FabricProductActivationUnit` 10)."""
+        """Cycles from a row entering the unit to its result: 8 here
+        (:class:`RegisteredActivationUnit` 11, :class:`FabricProductActivationUnit` 12)."""
         return cls.LATENCY
 
     def __init__(self, cfg, *, tag_shape=unsigned(16)):
@@ -251,39 +284,50 @@ class ActivationUnit(wiring.Component):
         tags = delayed(m, self.i.payload.tag, stages, name="tag", enable=advance,
                        reset_less=True)[1:]
         row = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
-        # The biased word has a register of its own; the product stages follow it.
+        # The biased word and the left-shifted one have a register each; the product
+        # stages follow them.
         x = Signal(data.ArrayLayout(cfg.acc_shape, cfg.cols))
-        product_stages = self._multipliers(m, x, p, advance)
+        operand = Signal(data.ArrayLayout(signed(32), cfg.cols))
+        product_stages = self._multipliers(m, operand, p, advance)
         high = Signal(data.ArrayLayout(signed(32), cfg.cols))
         truncated = Signal(data.ArrayLayout(signed(32), cfg.cols))
         round_up = Signal(cfg.cols)
-        # The rounding masks of each lane's shift, kept in registers (the parameters hold
-        # still while a row is inside, and a row reaches the shift stage five or more
-        # cycles after it enters, long after these have followed a change).
+        # What the parameters decide, kept in registers (the parameters hold still while a
+        # row is inside, and a row reaches the stages that use these four or more cycles
+        # after it enters, long after they have followed a change): each lane's rounding
+        # masks (see rounding_masks) and nudge, the clamp's bounds.
         masks = [[Signal(32, name=f"{kind}_{lane}") for kind in ("half_bit", "low_mask",
                                                                   "upper_mask")]
                  for lane in range(cfg.cols)]
+        nudged_on = Signal(cfg.cols)
+        single = Signal()
+        low, high_bound = Signal(cfg.operand_shape), Signal(cfg.operand_shape)
         beyond = Signal(cfg.cols)
+        m.d.sync += [single.eq(p.rounding == Rounding.SINGLE), low.eq(lower_bound(p)),
+                     high_bound.eq(p.clamp_max)]
         for lane in range(cfg.cols):
             m.d.sync += [register.eq(mask) for register, mask in
                          zip(masks[lane], rounding_masks(cfg, p.shift[lane]))]
+            m.d.sync += nudged_on[lane].eq(takes_nudge(p.rounding, p.shift[lane]))
 
         with m.If(advance):
             m.d.sync += [self.o.valid.eq(valid[-1]), self.o.payload.tag.eq(tags[-1])]
             for lane in range(cfg.cols):
                 lane_shifted, lane_round_up, lane_beyond = shifted_right(
-                    high[lane], p.shift[lane], *masks[lane])
-                lane_product_stages = product_stages(lane, high[lane])
+                    high[lane], p.shift[lane], *masks[lane], single)
+                lane_product_stages = product_stages(lane, high[lane], nudged_on[lane])
+                output = saturated_output(cfg, truncated[lane], round_up[lane],
+                                          beyond[lane], p.zero_point)
                 m.d.sync += [
                     row[lane].eq(self.i.payload.data[lane]),
                     x[lane].eq(biased(cfg, row[lane], p.bias[lane])),
+                    operand[lane].eq(shifted_left(x[lane], p.left_shift[lane])),
                     *lane_product_stages,
                     truncated[lane].eq(lane_shifted),
                     round_up[lane].eq(lane_round_up),
                     beyond[lane].eq(lane_beyond),
                     self.o.payload.data[lane].eq(
-                        clamped_output(cfg, truncated[lane], round_up[lane], beyond[lane],
-                                       p.zero_point, p.relu)),
+                        clamped(self._clamp_stage(m, lane, output), low, high_bound)),
                 ]
 
         # ``busy`` is a register, set a cycle ahead: a row enters, or one is inside and
@@ -293,37 +337,48 @@ class ActivationUnit(wiring.Component):
         m.d.sync += self.busy.eq(self.busy_next)
         return m
 
+    def _clamp_stage(self, m, lane, output):
+        """The saturated output of a lane as the clamp takes it: here straight from the
+        rounding, in the same stage."""
+        return output
+
     def _multipliers(self, m, x, p, advance):
-        """Each lane's four partial products, multiplied from the biased word ``x``
-        straight into their registers, then their sum and its high half. Returns
-        ``stages(lane, high)``, the statements of those stages for a lane, ``high`` the
-        register of the last."""
+        """Each lane's four partial products, multiplied from the operand ``x`` straight
+        into their registers, then their sum and its high half. Returns ``stages(lane,
+        high, nudged_on)``, the statements of those stages for a lane, ``high`` the
+        register of the last, ``nudged_on`` whether the product takes the nudge."""
         cfg = self._cfg
         products = [[Signal(signed(34), name=f"s2_product{k}_{lane}") for k in range(4)]
                     for lane in range(cfg.cols)]
         prod = Signal(data.ArrayLayout(signed(64), cfg.cols))
 
-        def stages(lane, high):
+        def stages(lane, high, nudged_on):
             return [
                 *(product.eq(a * b) for product, (a, b) in
                   zip(products[lane], partial_operands(x[lane], p.multiplier[lane]))),
                 prod[lane].eq(product_sum(products[lane])),
-                high.eq(high_half(m, cfg, prod[lane], f"_{lane}")),
+                high.eq(high_half(m, cfg, prod[lane], nudged_on, f"_{lane}")),
             ]
         return stages
 
 
 class RegisteredActivationUnit(ActivationUnit):
-    """An :class:`ActivationUnit` for fast clocks (``cfg.multiply_latency`` 2): the biased
-    word and each lane's multiplier go into the operand registers of the lane's four
+    """An :class:`ActivationUnit` for fast clocks (``cfg.multiply_latency`` 2): the
+    operand and each lane's multiplier go into the operand registers of the lane's four
     multipliers (:class:`~tpuer.hw.registered_multiplier.RegisteredMultiplier`, on the
-    ECP5 a MULT18X18D's own), whose product registers are the next stage, and the sum is
-    two adds (:func:`split_product_sum`), each a stage.
+    ECP5 a MULT18X18D's own), whose product registers are the next stage; the sum is two
+    adds (:func:`split_product_sum`), each a stage; and the clamp takes the saturated
+    output from a register of its own.
 
-    Latency: 9 cycles.
+    Latency: 11 cycles.
     """
 
-    LATENCY = 9
+    LATENCY = 11
+
+    def _clamp_stage(self, m, lane, output):
+        saturated = Signal(self._cfg.operand_shape, name=f"saturated_{lane}")
+        m.d.sync += saturated.eq(output)           # inside the unit's m.If(advance)
+        return saturated
 
     def _multipliers(self, m, x, p, advance):
         cfg = self._cfg
@@ -340,8 +395,8 @@ class RegisteredActivationUnit(ActivationUnit):
         outer = Signal(data.ArrayLayout(signed(64), cfg.cols))
         nudged = Signal(data.ArrayLayout(signed(65), cfg.cols))
 
-        def stages(lane, high):
-            lane_middle, lane_outer = split_product_sum(cfg, products[lane])
+        def stages(lane, high, nudged_on):
+            lane_middle, lane_outer = split_product_sum(cfg, products[lane], nudged_on)
             return [
                 middle[lane].eq(lane_middle),
                 outer[lane].eq(lane_outer),
@@ -360,10 +415,10 @@ class FabricProductActivationUnit(RegisteredActivationUnit):
     the fabric before the adds (``cfg.multiply_latency`` 3: the DSP blocks sit in columns
     of their own, far from the logic).
 
-    Latency: 10 cycles.
+    Latency: 12 cycles.
     """
 
-    LATENCY = 10
+    LATENCY = 12
 
     def _product(self, m, multiplier, k, lane, advance):
         product = Signal.like(multiplier.p, name=f"product{k}_{lane}")

@@ -27,7 +27,7 @@ def activation_unit(cfg, *, tag_shape=unsigned(16)):
 
 
 def activation_latency(cfg):
-    """Cycles from a row entering the activation unit of ``cfg`` to its result: 7 (9 with
-    ``multiply_latency`` 2, 10 with 3), or ``cols * (activation_steps + 37) + 1`` for the
+    """Cycles from a row entering the activation unit of ``cfg`` to its result: 8 (11 with
+    ``multiply_latency`` 2, 12 with 3), or ``cols * (activation_steps + 44) + 1`` for the
     lane-serial unit."""
     return activation_unit_class(cfg).latency_for(cfg)

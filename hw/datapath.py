@@ -98,9 +98,9 @@ class Datapath(wiring.Component):
     :func:`~tpuer.hw.matrix_unit.matrix_unit_latency`, ``rows + cols + multiply_latency``);
     an ``activate`` accepted in cycle ``t`` writes its UB row at the end of cycle
     ``t + R + L`` (:attr:`activate_latency`), where ``L`` is the activation unit's latency
-    (:func:`~tpuer.hw.activation_units.activation_latency`: 7, 9 with ``multiply_latency`` 2,
-    10 with 3;
-    with ``cfg.activation_steps``, ``cols * (steps + 37) + 1``, and the next
+    (:func:`~tpuer.hw.activation_units.activation_latency`: 8, 11 with ``multiply_latency`` 2,
+    12 with 3;
+    with ``cfg.activation_steps``, ``cols * (steps + 44) + 1``, and the next
     ``activate`` is taken only when the unit can take its row).
     """
 

@@ -1,18 +1,21 @@
 """The activation parameters that CONFIG writes: biases, multipliers, shifts, zero point,
-ReLU."""
+ReLU, rounding, clamp bounds."""
 
-from amaranth.hdl import Cat, Module, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import ALL_LANES, CONFIG_DEFAULTS, FIELD_BITS, ConfigParam
+from ..isa import ALL_LANES, FIELD_BITS, PER_LANE, ConfigParam, config_defaults
 from .activation import PARAM_WRITE_LAYOUT, ActivationUnit
 
 __all__ = ["ParameterRegisters", "RegisteredParameterRegisters"]
 
-#: The parameters kept a value per lane, and the member of ``params`` that holds each.
-_PER_LANE = {ConfigParam.BIAS: "bias", ConfigParam.MULTIPLIER: "multiplier",
-             ConfigParam.SHIFT: "shift"}
+#: The member of ``params`` that holds each parameter but SHIFT, which is two: ``shift``
+#: (its right shift) and ``left_shift`` (the places of a negative one).
+_MEMBERS = {ConfigParam.BIAS: "bias", ConfigParam.MULTIPLIER: "multiplier",
+            ConfigParam.ZERO_POINT: "zero_point", ConfigParam.RELU: "relu",
+            ConfigParam.ROUNDING: "rounding", ConfigParam.CLAMP_MIN: "clamp_min",
+            ConfigParam.CLAMP_MAX: "clamp_max"}
 
 
 class ParameterRegisters(wiring.Component):
@@ -33,29 +36,31 @@ class ParameterRegisters(wiring.Component):
     lane : In(16)
     value : In(signed(32))
     params : Out(ActivationUnit params layout)
-        After reset: the ISA's defaults (a multiplier of ~1.0, everything else 0).
+        After reset: the ISA's defaults (:func:`~tpuer.isa.config_defaults`). A SHIFT
+        goes into ``shift`` when it is 0 or more and into ``left_shift`` (negated) when it
+        is negative, the other member 0.
     param_write : Out(PARAM_WRITE_LAYOUT)
     """
 
     def __init__(self, cfg, *, handed_on=()):
         self._cfg = cfg
         self._handed_on = tuple(handed_on)
+        defaults = config_defaults(cfg)
+        init = {_MEMBERS[p]: [value] * cfg.cols if p in PER_LANE else value
+                for p, value in defaults.items() if p is not ConfigParam.SHIFT}
+        assert defaults[ConfigParam.SHIFT] == 0
         super().__init__({
             "write": In(1), "param": In(4), "lane": In(FIELD_BITS), "value": In(signed(32)),
-            "params": Out(ActivationUnit.params_layout_for(cfg),
-                          init={"multiplier": [CONFIG_DEFAULTS[ConfigParam.MULTIPLIER]] *
-                                cfg.cols}),
+            "params": Out(ActivationUnit.params_layout_for(cfg), init=init),
             "param_write": Out(PARAM_WRITE_LAYOUT),
         })
 
     def _targets(self):
         """The parameter bits to write, ``{param: bits}``: a bit per lane for the per-lane
         ones."""
-        targets = {p: Signal(self._cfg.cols, name=f"config_{p.name.lower()}_lanes")
-                   for p in _PER_LANE if p not in self._handed_on}
-        targets[ConfigParam.ZERO_POINT] = Signal(name="config_zero_point")
-        targets[ConfigParam.RELU] = Signal(name="config_relu")
-        return targets
+        return {p: Signal(self._cfg.cols if p in PER_LANE else 1,
+                          name=f"config_{p.name.lower()}_lanes")
+                for p in ConfigParam if p not in self._handed_on}
 
     def _decode(self, m, targets, domain):
         """Set ``targets`` in ``domain`` while ``write`` is high, and drive ``param_write``."""
@@ -67,11 +72,11 @@ class ParameterRegisters(wiring.Component):
                      self.param_write.value.eq(self.value)]
         with m.If(self.write):
             with m.Switch(self.param):
-                for p in (*_PER_LANE, ConfigParam.ZERO_POINT, ConfigParam.RELU):
+                for p in ConfigParam:
                     with m.Case(int(p)):
                         if p in self._handed_on:
                             m.d.comb += self.param_write.en.eq(1)
-                        elif p in _PER_LANE:
+                        elif p in PER_LANE:
                             m.d[domain] += targets[p].eq(Cat(
                                 every_lane | (self.lane == index) for index in range(cols)))
                         else:
@@ -80,15 +85,21 @@ class ParameterRegisters(wiring.Component):
     def _store(self, m, targets, value):
         """Each parameter whose bit in ``targets`` is set takes ``value``."""
         params = self.params
+        left = value[-1]                 # a negative SHIFT: a left shift
         for p, bits in targets.items():
-            if p in _PER_LANE:
+            if p is ConfigParam.SHIFT:
                 for index in range(self._cfg.cols):
                     with m.If(bits[index]):
-                        m.d.sync += params[_PER_LANE[p]][index].eq(value)
-        with m.If(targets[ConfigParam.ZERO_POINT]):
-            m.d.sync += params.zero_point.eq(value)
-        with m.If(targets[ConfigParam.RELU]):
-            m.d.sync += params.relu.eq(value[0])
+                        m.d.sync += [params.shift[index].eq(Mux(left, 0, value)),
+                                     params.left_shift[index].eq(Mux(left, -value, 0))]
+            elif p in PER_LANE:
+                for index in range(self._cfg.cols):
+                    with m.If(bits[index]):
+                        m.d.sync += params[_MEMBERS[p]][index].eq(value)
+            else:
+                with m.If(bits):
+                    member = Value.cast(params[_MEMBERS[p]])
+                    m.d.sync += member.eq(value[:len(member)])
 
     def elaborate(self, platform):
         m = Module()

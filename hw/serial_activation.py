@@ -5,16 +5,20 @@ its logic."""
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 
-from .activation import ActivationSignature, ActivationUnit, biased, clamped_output
-from ..isa import ConfigParam
+from .activation import (ActivationSignature, ActivationUnit, biased, clamped, lower_bound,
+                         nudge, saturated_output, takes_nudge)
+from ..isa import MAX_LEFT_SHIFT, ConfigParam, Rounding
 from .block_ram import BlockRAM
 from .arith import saturate
 
-__all__ = ["SerialActivationUnit", "SERIAL_SHIFT_CYCLES"]
+__all__ = ["SerialActivationUnit", "SERIAL_SHIFT_CYCLES", "SERIAL_LANE_CYCLES"]
 
 #: Cycles the rounding right shift takes per lane: one bit per cycle, always this many, so
 #: that the latency does not depend on the shift.
 SERIAL_SHIFT_CYCLES = 31
+
+#: Cycles per lane besides the product's digit steps.
+SERIAL_LANE_CYCLES = 6 + MAX_LEFT_SHIFT + SERIAL_SHIFT_CYCLES
 
 
 class SerialActivationUnit(wiring.Component):
@@ -26,25 +30,28 @@ class SerialActivationUnit(wiring.Component):
     The biases and multipliers live in the unit, written on ``param_write`` into a small
     block RAM: per lane, or for all lanes at once into a word of its own that a lane uses
     until it is given a value of its own (so that writing every lane takes one cycle too).
-    Shifts, zero point and ReLU come from ``params`` (its biases and multipliers are not
-    used).
+    Shifts, zero point, ReLU, rounding and clamp bounds come from ``params`` (its biases
+    and multipliers are not used).
 
-    Per lane, ``steps + 37`` cycles:
+    Per lane, ``steps +`` :data:`SERIAL_LANE_CYCLES` (``steps + 44``) cycles:
 
     * 1: read the lane's bias;
     * 1: ``x = saturate(acc + bias)``; read the lane's multiplier;
+    * :data:`~tpuer.isa.MAX_LEFT_SHIFT`: the left shift, a place per cycle while
+      ``left_shift`` lasts;
     * 1: the product's running sum starts at the rounding nudge, ``2**30`` (whatever the
-      product's sign: see :func:`~tpuer.hw.activation.high_half`);
+      product's sign: see :func:`~tpuer.hw.activation.high_half`), or 0 where single
+      rounding leaves the rounding to the right shift;
     * ``steps``: ``x * M`` adds ``32 / steps`` bits of the multiplier per cycle, least
       significant first (the last digit signed), the finished low bits shifted out;
     * 1: the high half: ``(x * M + 2**30) >> 31``, saturated;
     * :data:`SERIAL_SHIFT_CYCLES`: the right shift, a bit per cycle while ``shift`` lasts,
       keeping the last bit shifted out and whether any before it was set (which is all that
-      rounding half away from zero needs);
+      rounding half away from zero, or half up, needs);
     * 1: whether the shifted value lies beyond ``operand_width + 1`` signed bits;
-    * 1: rounding, the zero point and the clamp, as the all-lanes unit's
-      (:func:`~tpuer.hw.activation.clamped_output`); the byte goes into the output row,
-      which shifts down a lane.
+    * 1: rounding, the zero point and the clamps, as the all-lanes unit's
+      (:func:`~tpuer.hw.activation.saturated_output`, :func:`~tpuer.hw.activation.clamped`);
+      the byte goes into the output row, which shifts down a lane.
 
     Members: those of :class:`~tpuer.hw.activation.ActivationSignature`; ``param_write``
     is taken only while ``busy`` is low.
@@ -52,7 +59,7 @@ class SerialActivationUnit(wiring.Component):
     into its RAM in its first two cycles without a ``param_write``, and takes no row before).
     A row is taken when the unit is empty and its output free (or being taken).
 
-    Latency: :attr:`latency` = ``cols * (steps + 37) + 1`` cycles from ``i`` to ``o``; the
+    Latency: :attr:`latency` = ``cols * (steps + 44) + 1`` cycles from ``i`` to ``o``; the
     unit takes the next row in the cycle its output is taken.
     """
 
@@ -73,8 +80,8 @@ class SerialActivationUnit(wiring.Component):
     @staticmethod
     def latency_for(cfg):
         """Cycles from a row entering the unit to its result: ``cols * (activation_steps
-        + 37) + 1``."""
-        return cfg.cols * (cfg.activation_steps + 37) + 1
+        + 44) + 1``."""
+        return cfg.cols * (cfg.activation_steps + SERIAL_LANE_CYCLES) + 1
 
     def admits(self, in_flight):
         """Whether a row may start on its way to the unit (read from the accumulators)
@@ -88,10 +95,10 @@ class SerialActivationUnit(wiring.Component):
         p = self.params
         steps = cfg.activation_steps
         digit_bits = cfg.multiplier_width // steps
-        q31 = cfg.multiplier_width - 1
         cols = cfg.cols
         # The phases of a lane.
-        READ_BIAS, BIAS, NUDGE = 0, 1, 2
+        READ_BIAS, BIAS, LEFT = 0, 1, 2
+        NUDGE = LEFT + MAX_LEFT_SHIFT
         HIGH = NUDGE + steps + 1
         SHIFT = HIGH + 1
         ROUND = SHIFT + SERIAL_SHIFT_CYCLES
@@ -102,13 +109,13 @@ class SerialActivationUnit(wiring.Component):
         lane = Signal(range(max(cols, 2)))
         phase = Signal(range(OUTPUT + 1))
         # The working registers hold data only: no reset (fewer gates before them).
-        x = Signal(cfg.acc_shape, reset_less=True)                  # the biased word
+        x = Signal(signed(32), reset_less=True)        # the biased word, shifted left
         high_part = Signal(signed(cfg.multiplier_width + 1),
                            reset_less=True)                         # running sum >> bits done
         # Of the sum's finished low bits only bit 31 counts: it is in the digit finished last.
         low_digit = Signal(digit_bits, reset_less=True)     # written by every digit step
         value = Signal(signed(32), reset_less=True)     # the high half, shifted right
-        shifts_left = Signal(cfg.shift_shape)
+        shifts_left = Signal(cfg.shift_shape)     # places of the left, then the right shift
         last_out = Signal()           # the bit last shifted out of ``value``
         sticky = Signal()             # some bit shifted out before it was set
         beyond = Signal()             # the shifted value is beyond the clamp's reach
@@ -149,11 +156,16 @@ class SerialActivationUnit(wiring.Component):
         with m.If(running):
             m.d.sync += phase.eq(phase + 1)
             with m.If(phase == BIAS):
-                m.d.sync += x.eq(biased(cfg, row[0], bias))
+                m.d.sync += [x.eq(biased(cfg, row[0], bias)),
+                             shifts_left.eq(p.left_shift[lane])]
+
+            with m.Elif((phase >= LEFT) & (phase < NUDGE)):
+                with m.If(shifts_left != 0):
+                    m.d.sync += [x.eq(x << 1), shifts_left.eq(shifts_left - 1)]
 
             with m.Elif(phase == NUDGE):
-                # The nudge 2**30 whatever the product's sign (see high_half).
-                m.d.sync += high_part.eq(1 << (q31 - 1))
+                # The nudge 2**30 whatever the product's sign (see high_half), if any.
+                m.d.sync += high_part.eq(nudge(cfg, takes_nudge(p.rounding, p.shift[lane])))
 
             with m.Elif((phase > NUDGE) & (phase < HIGH)):
                 # Digit ``phase - NUDGE - 1`` of the multiplier, picked in the cycle before;
@@ -181,9 +193,12 @@ class SerialActivationUnit(wiring.Component):
 
             with m.Elif(phase == OUTPUT):
                 # value >> shift rounds up when the bit below it is set and, for a negative
-                # value, some bit below that too: exactly gemmlowp's remainder > threshold.
-                round_up = last_out & (~value[-1] | sticky)
-                out = clamped_output(cfg, value, round_up, beyond, p.zero_point, p.relu)
+                # value, some bit below that too: exactly gemmlowp's remainder > threshold;
+                # with single rounding whenever that bit is set (half up).
+                round_up = last_out & (~value[-1] | sticky |
+                                       (p.rounding == Rounding.SINGLE))
+                out = clamped(saturated_output(cfg, value, round_up, beyond, p.zero_point),
+                              lower_bound(p), p.clamp_max)
                 m.d.sync += [self.o.payload.data.as_value().eq(
                                  Cat(self.o.payload.data.as_value()[cfg.operand_width:],
                                      out[:cfg.operand_width])),

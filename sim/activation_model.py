@@ -5,10 +5,12 @@ import math
 
 import numpy as np
 
+from ..isa import MAX_LEFT_SHIFT, Rounding
 from .numerics import check_range, saturate
 
 __all__ = ["requantize", "requantize_lanes", "rounding_doubling_high_mul", "rounding_divide_by_pot",
-           "quantize_multiplier", "tflite_multiplier", "ActivationParams"]
+           "quantize_multiplier", "tflite_multiplier", "ActivationParams", "scaled",
+           "shift_places"]
 
 
 def rounding_doubling_high_mul(x, multiplier):
@@ -42,15 +44,21 @@ class ActivationParams:
     cfg : Config
     bias, multiplier, shift : int or array of ``cfg.cols``
         Per lane (a scalar applies to every lane). ``multiplier`` is a signed Q0.31 value,
-        ``shift`` a right shift in ``[0, 31]``.
+        ``shift`` a right shift in ``[0, cfg.max_shift]`` or, negative, a left shift of up
+        to :data:`~tpuer.isa.MAX_LEFT_SHIFT` places.
     zero_point : int
         Output zero point, an operand value.
     relu : bool
-        Clamp below at the zero point.
+        The lower clamp bound is the zero point instead of ``clamp_min``.
+    rounding : Rounding
+        How the scaling rounds (:class:`~tpuer.isa.Rounding`).
+    clamp_min, clamp_max : int or None
+        The output's bounds, operand values (``None``: the operand range's end). Should
+        they cross, a value below the lower bound takes it and any other the upper.
     """
 
     def __init__(self, cfg, *, bias=0, multiplier=(1 << 31) - 1, shift=0, zero_point=0,
-                 relu=False):
+                 relu=False, rounding=Rounding.DOUBLE, clamp_min=None, clamp_max=None):
         cols = cfg.cols
         self.cfg = cfg
 
@@ -62,16 +70,24 @@ class ActivationParams:
                                  f"not shape {arr.shape}")
             return check_range(name, arr, low, high)
 
+        def operand(name, value):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an integer, not {value!r}")
+            if not cfg.operand_min <= value <= cfg.operand_max:
+                raise ValueError(f"{name} must lie in [{cfg.operand_min}, {cfg.operand_max}], "
+                                 f"not {value}")
+            return int(value)
+
         self.bias = lanes("bias", bias, cfg.acc_min, cfg.acc_max)
         self.multiplier = lanes("multiplier", multiplier, -(1 << 31), (1 << 31) - 1)
-        self.shift = lanes("shift", shift, 0, cfg.max_shift)
-        if isinstance(zero_point, bool) or not isinstance(zero_point, (int, np.integer)):
-            raise TypeError(f"zero_point must be an integer, not {zero_point!r}")
-        if not cfg.operand_min <= zero_point <= cfg.operand_max:
-            raise ValueError(f"zero_point must lie in [{cfg.operand_min}, {cfg.operand_max}], "
-                             f"not {zero_point}")
-        self.zero_point = int(zero_point)
+        self.shift = lanes("shift", shift, -MAX_LEFT_SHIFT, cfg.max_shift)
+        self.zero_point = operand("zero_point", zero_point)
         self.relu = bool(relu)
+        self.rounding = Rounding(rounding)
+        self.clamp_min = operand("clamp_min", cfg.operand_min if clamp_min is None
+                                 else clamp_min)
+        self.clamp_max = operand("clamp_max", cfg.operand_max if clamp_max is None
+                                 else clamp_max)
 
 
 def requantize(acc, params):
@@ -83,20 +99,58 @@ def requantize(acc, params):
     acc = check_range("accumulator values", acc, cfg.acc_min, cfg.acc_max)
     return requantize_lanes(acc, bias=params.bias, multiplier=params.multiplier,
                             shift=params.shift, zero_point=params.zero_point,
-                            relu=params.relu, acc_width=cfg.acc_width,
-                            operand_width=cfg.operand_width)
+                            relu=params.relu, rounding=params.rounding,
+                            clamp=(params.clamp_min, params.clamp_max),
+                            acc_width=cfg.acc_width, operand_width=cfg.operand_width)
 
 
-def requantize_lanes(acc, *, bias, multiplier, shift, zero_point, relu, acc_width=32,
+def scaled(x, multiplier, shift, rounding=Rounding.DOUBLE):
+    """The scaling of :func:`requantize_lanes`: ``x * multiplier / 2**(31 + shift)``
+    rounded, for int32 ``x``.
+
+    A negative ``shift`` first shifts ``x`` left by ``-shift`` places within 32 bits (the
+    bits above wrap away, as TFLite's ``x * (1 << left_shift)`` does). Then, by
+    ``rounding``:
+
+    * ``DOUBLE`` (gemmlowp, TFLite's ``MultiplyByQuantizedMultiplier``): the saturating
+      rounding doubling high multiply, then a right shift rounding half away from zero;
+    * ``SINGLE`` (TFLite's ``TFLITE_SINGLE_ROUNDING``): ``floor((x M + 2**(30 + shift)) /
+      2**(31 + shift))`` for a right shift, a single rounding half up. It is computed as
+      ``h = floor(x M / 2**31)`` (saturated), then ``floor((h + 2**(shift - 1)) /
+      2**shift)``, which is equal; without a right shift both modes are the first step."""
+    x = np.asarray(x, np.int64)
+    right, left = shift_places(shift)
+    x = ((x << left) + (1 << 31)) % (1 << 32) - (1 << 31)        # wraps within 32 bits
+    if Rounding(rounding) is Rounding.DOUBLE:
+        return rounding_divide_by_pot(rounding_doubling_high_mul(x, multiplier), right)
+    product = x * np.asarray(multiplier, np.int64)
+    high = saturate((product + np.where(right == 0, 1 << 30, 0)) >> 31, 32)
+    return (high + ((np.int64(1) << right) >> 1)) >> right
+
+
+def shift_places(shift):
+    """A SHIFT as ``(right, left)`` places, the other 0 (the activation unit's ``shift`` and
+    ``left_shift``)."""
+    shift = np.asarray(shift, np.int64)
+    return np.maximum(shift, 0), np.maximum(-shift, 0)
+
+
+def requantize_lanes(acc, *, bias, multiplier, shift, zero_point, relu,
+                     rounding=Rounding.DOUBLE, clamp=(None, None), acc_width=32,
                      operand_width=8):
     """The arithmetic of :func:`requantize` on any number of lanes (the quantised network's
-    reference uses it for layers wider than the array): saturating bias add, rounding
-    doubling high multiply, rounding right shift, zero point, clamp (and ReLU)."""
+    reference uses it for layers wider than the array): saturating bias add, the scaling
+    (:func:`scaled`), zero point, clamp: to ``clamp`` (``None``: the operand range's ends),
+    the lower bound the zero point with ``relu``. A value below the lower bound takes it,
+    else one above the upper bound takes that (which decides should the bounds cross)."""
     x = saturate(np.asarray(acc, np.int64) + np.asarray(bias, np.int64), acc_width)
-    high = rounding_doubling_high_mul(x, multiplier)
-    y = rounding_divide_by_pot(high, shift) + zero_point
-    low = zero_point if relu else -(1 << (operand_width - 1))
-    return np.clip(y, low, (1 << (operand_width - 1)) - 1)
+    limit = 1 << (operand_width - 1)
+    low = -limit if clamp[0] is None else clamp[0]
+    high = limit - 1 if clamp[1] is None else clamp[1]
+    if relu:
+        low = zero_point
+    y = np.clip(scaled(x, multiplier, shift, rounding) + zero_point, -limit, limit - 1)
+    return np.where(y < low, low, np.where(y > high, high, y))
 
 
 def tflite_multiplier(real):

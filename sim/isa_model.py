@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..isa import (ALL_LANES, CONFIG_DEFAULTS, DEFINED_FLAGS, RANGE_CHECKS, STATE_CHECKS,
+from ..isa import (ALL_LANES, DEFINED_FLAGS, PER_LANE, RANGE_CHECKS, STATE_CHECKS,
                    ConfigParam, CoreState, ErrorCode, Instruction, MatmulFlag, Opcode,
-                   WriteHostFlag, config_lane_bad, config_ranges, memory_depths, tiles_held)
+                   WriteHostFlag, config_defaults, config_lane_bad, config_ranges,
+                   memory_depths, tiles_held)
 from .accumulator_model import AccumulatorModel
 from .activation_model import ActivationParams, requantize
 from .numerics import check_range
@@ -53,12 +54,10 @@ class CoreModel:
         self.acc = AccumulatorModel(cfg)
         self.tiles = deque()
         self.active = np.zeros((cfg.rows, cfg.cols), dtype=np.int64)
-        self.bias = np.full(cfg.cols, CONFIG_DEFAULTS[ConfigParam.BIAS], dtype=np.int64)
-        self.multiplier = np.full(cfg.cols, CONFIG_DEFAULTS[ConfigParam.MULTIPLIER],
-                                  dtype=np.int64)
-        self.shift = np.full(cfg.cols, CONFIG_DEFAULTS[ConfigParam.SHIFT], dtype=np.int64)
-        self.zero_point = CONFIG_DEFAULTS[ConfigParam.ZERO_POINT]
-        self.relu = bool(CONFIG_DEFAULTS[ConfigParam.RELU])
+        #: The activation parameters, by :class:`~tpuer.isa.ConfigParam`: an array of a
+        #: value per lane for the per-lane ones.
+        self.params = {param: np.full(cfg.cols, value, dtype=np.int64) if param in PER_LANE
+                       else value for param, value in config_defaults(cfg).items()}
 
     # --- what the host does directly ----------------------------------------------------
 
@@ -113,8 +112,12 @@ class CoreModel:
             self.ub.write(row + k, value)
 
     def activation_params(self):
-        return ActivationParams(self.cfg, bias=self.bias, multiplier=self.multiplier,
-                                shift=self.shift, zero_point=self.zero_point, relu=self.relu)
+        p = self.params
+        return ActivationParams(
+            self.cfg, bias=p[ConfigParam.BIAS], multiplier=p[ConfigParam.MULTIPLIER],
+            shift=p[ConfigParam.SHIFT], zero_point=p[ConfigParam.ZERO_POINT],
+            relu=bool(p[ConfigParam.RELU]), rounding=p[ConfigParam.ROUNDING],
+            clamp_min=p[ConfigParam.CLAMP_MIN], clamp_max=p[ConfigParam.CLAMP_MAX])
 
     # --- execution ----------------------------------------------------------------------
 
@@ -238,17 +241,11 @@ class CoreModel:
                 self.ub.write(b + k, row, mask)
         elif op is Opcode.CONFIG:
             param, value = ConfigParam(instr.flags), instr.value
-            lanes = slice(None) if instr.count == ALL_LANES else instr.count
-            if param is ConfigParam.BIAS:
-                self.bias[lanes] = value
-            elif param is ConfigParam.MULTIPLIER:
-                self.multiplier[lanes] = value
-            elif param is ConfigParam.SHIFT:
-                self.shift[lanes] = value
-            elif param is ConfigParam.ZERO_POINT:
-                self.zero_point = value
+            if param in PER_LANE:
+                lanes = slice(None) if instr.count == ALL_LANES else instr.count
+                self.params[param][lanes] = value
             else:
-                self.relu = bool(value)
+                self.params[param] = value
 
 
 def estimate_cycles(cfg, program, limit=10_000_000):

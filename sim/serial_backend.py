@@ -5,7 +5,7 @@ serial link (:mod:`tpuer.link`)."""
 import numpy as np
 
 from .. import isa
-from ..isa import ALL_LANES, CONFIG_DEFAULTS, CoreState, MatmulFlag, Opcode
+from ..isa import ALL_LANES, CoreState, MatmulFlag, Opcode, config_defaults
 from ..link import LinkError, SerialLink
 from ..protocol import decode_replies, encode
 
@@ -163,7 +163,7 @@ class SerialBackend:
                     program.append(isa.matmul(0, row, min(cfg.ub_depth, end - row),
                                               switch=len(program) == 1))
             program += [isa.config(param, value, ALL_LANES)
-                        for param, value in CONFIG_DEFAULTS.items()]
+                        for param, value in config_defaults(cfg).items()]
             for start in range(0, len(program), cfg.program_depth - 1):
                 part = program[start:start + cfg.program_depth - 1] + [isa.halt()]
                 self._run_quietly(part)

@@ -27,8 +27,8 @@ What each block contributes (see the RTL for the reasons):
   than :func:`~tpuer.hw.accumulators.add_spacing` cycles before waits;
   :func:`~tpuer.hw.matrix_unit.matrix_unit_latency` (``rows + cols + multiply_latency``)
   cycles through the matrix unit; ``add_spacing`` more to commit into the accumulators;
-  the activation unit's latency (:func:`~tpuer.hw.activation_units.activation_latency`: 7, 9
-  with ``multiply_latency`` 2, 10 with 3, or ``cols * (activation_steps + 37) + 1`` for the
+  the activation unit's latency (:func:`~tpuer.hw.activation_units.activation_latency`: 8, 11
+  with ``multiply_latency`` 2, 12 with 3, or ``cols * (activation_steps + 44) + 1`` for the
   lane-serial unit, which takes a row only when it is empty);
 * activation issuer: takes an ACTIVATE when idle, issues its rows from the next cycle on,
   one per cycle;

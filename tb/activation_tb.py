@@ -7,7 +7,8 @@ import numpy as np
 
 from ..hw.activation import PARAM_WRITE_LAYOUT
 from ..hw.activation_units import activation_unit
-from ..sim.activation_model import ActivationParams, requantize
+from ..isa import MAX_LEFT_SHIFT, Rounding
+from ..sim.activation_model import ActivationParams, requantize, shift_places
 from .harness import StreamSink, StreamSource, TestbenchError, reference_instance, run_cycles
 from .packing import Codec
 
@@ -16,24 +17,36 @@ __all__ = ["BENCHES", "random_params", "load_params", "idle_param_writes"]
 
 def random_params(cfg, rng):
     """Random but meaningful requantisation parameters: mostly gemmlowp-normalised
-    multipliers in [2**30, 2**31), sometimes any int32."""
+    multipliers in [2**30, 2**31), sometimes any int32; right shifts, some left shifts;
+    either rounding; the clamp bounds the operand range, a random pair, or crossed."""
     cols = cfg.cols
     if rng.random() < 0.7:
         multiplier = rng.integers(1 << 30, 1 << 31, cols)
     else:
         multiplier = rng.integers(-(1 << 31), 1 << 31, cols)
     bias_span = min(cfg.acc_max, 1 << 20)
+    shift = rng.integers(0, cfg.max_shift + 1, cols)
+    if rng.random() < 0.3:
+        shift = np.where(rng.random(cols) < 0.5, -rng.integers(1, MAX_LEFT_SHIFT + 1, cols),
+                         shift)
+    bounds = np.sort(rng.integers(cfg.operand_min, cfg.operand_max + 1, 2))
+    kind = rng.random()
+    clamp = (None, None) if kind < 0.4 else tuple(int(b) for b in (
+        bounds if kind < 0.9 else bounds[::-1]))
     return ActivationParams(
         cfg, bias=rng.integers(-bias_span, bias_span + 1, cols), multiplier=multiplier,
-        shift=rng.integers(0, cfg.max_shift + 1, cols),
-        zero_point=int(rng.integers(cfg.operand_min, cfg.operand_max + 1)),
-        relu=bool(rng.random() < 0.5))
+        shift=shift, zero_point=int(rng.integers(cfg.operand_min, cfg.operand_max + 1)),
+        relu=bool(rng.random() < 0.5), rounding=Rounding(int(rng.integers(2))),
+        clamp_min=clamp[0], clamp_max=clamp[1])
 
 
 def _encode_params(dut, params):
+    right, left = shift_places(params.shift)
     return Codec(dut.params_layout).encode({
-        "bias": params.bias, "multiplier": params.multiplier, "shift": params.shift,
-        "zero_point": params.zero_point, "relu": int(params.relu)})
+        "bias": params.bias, "multiplier": params.multiplier, "shift": right,
+        "left_shift": left, "zero_point": params.zero_point, "relu": int(params.relu),
+        "rounding": int(params.rounding), "clamp_min": params.clamp_min,
+        "clamp_max": params.clamp_max})
 
 
 def idle_param_writes(io, cfg):
@@ -103,7 +116,8 @@ async def check_batches(io, cfg, batches, *, rng, idle=0.0, stall=0.0, check_lat
                     f"{rows[k].tolist()} gave {item['data'].tolist()}, expected "
                     f"{want.tolist()} (multiplier {params.multiplier.tolist()}, shift "
                     f"{params.shift.tolist()}, bias {params.bias.tolist()}, zero point "
-                    f"{params.zero_point}, relu {params.relu})")
+                    f"{params.zero_point}, relu {params.relu}, {params.rounding.name} "
+                    f"rounding, clamp {params.clamp_min}..{params.clamp_max})")
         if check_latency:
             latencies = set(np.array(sink.cycles) - np.array(source.sent_cycles))
             if latencies != {dut.latency}:
@@ -170,11 +184,26 @@ async def bench_edges(io, cfg, rng):
                     params = ActivationParams(cfg, bias=bias, multiplier=multiplier, shift=shift,
                                               zero_point=zero_point, relu=relu)
                     batches.append((params, rows))
-    # Ties: values exactly halfway, after the shift, in both signs.
+    # Ties: values exactly halfway, after the shift, in both signs, both roundings.
     tie_rows = np.array([np.resize(np.array([6, -6, 2, -2, 10, -10]), cfg.cols)])
-    batches.append((ActivationParams(cfg, multiplier=(1 << 31) - 1, shift=2), tie_rows))
+    for rounding in Rounding:
+        batches.append((ActivationParams(cfg, multiplier=(1 << 31) - 1, shift=2,
+                                         rounding=rounding), tie_rows))
     order = rng.permutation(len(batches))[:48]
     chosen = [batches[k] for k in order]
+    # Left shifts that keep the value, and that wrap it within 32 bits; single rounding
+    # with and without a right shift; bounds of RELU6 and RELU_N1_TO_1's kind, and crossed.
+    for shift in (-1, -MAX_LEFT_SHIFT):
+        for rounding in Rounding:
+            for clamp in ((None, None), (-3, cfg.operand_max // 4), (2, -2)):
+                chosen.append((ActivationParams(cfg, multiplier=1 << 30, shift=shift,
+                                                zero_point=-3, rounding=rounding,
+                                                clamp_min=clamp[0], clamp_max=clamp[1]),
+                               rows))
+    for shift in (0, 1, 31):
+        chosen.append((ActivationParams(cfg, multiplier=3 << 29, shift=shift, bias=hi // 8,
+                                        rounding=Rounding.SINGLE, relu=True,
+                                        clamp_max=cfg.operand_max // 8 + 1), rows))
     # Rounded values about 2**operand_width, where the all-lanes unit stops adding the
     # high bits and takes the limit on their side, and about the operand range's ends
     # (multiplier ~1.0, shift 0: the rounded value is the accumulator word), against every

@@ -184,9 +184,12 @@ def _random_config(cfg, rng):
     lane = isa.ALL_LANES if rng.random() < 0.4 else int(rng.integers(0, cfg.cols))
     value = {isa.ConfigParam.BIAS: lambda: rng.integers(-(1 << 16), 1 << 16),
              isa.ConfigParam.MULTIPLIER: lambda: rng.integers(1 << 30, 1 << 31),
-             isa.ConfigParam.SHIFT: lambda: rng.integers(0, 12),
+             isa.ConfigParam.SHIFT: lambda: rng.integers(-isa.MAX_LEFT_SHIFT, 12),
              isa.ConfigParam.ZERO_POINT: lambda: rng.integers(cfg.operand_min, cfg.operand_max + 1),
-             isa.ConfigParam.RELU: lambda: rng.integers(0, 2)}[param]()
+             isa.ConfigParam.RELU: lambda: rng.integers(0, 2),
+             isa.ConfigParam.ROUNDING: lambda: rng.integers(0, 2),
+             isa.ConfigParam.CLAMP_MIN: lambda: rng.integers(cfg.operand_min, 1),
+             isa.ConfigParam.CLAMP_MAX: lambda: rng.integers(0, cfg.operand_max + 1)}[param]()
     return isa.config(param, int(value), lane)
 
 
@@ -210,7 +213,10 @@ def _bad_instructions(cfg, tiles):
         (isa.read_weights(cfg.weight_tiles, 1), ErrorCode.WEIGHT_RANGE),
         (isa.read_weights(cfg.weight_tiles - 1, 2), ErrorCode.WEIGHT_RANGE),
         (isa.config(isa.ConfigParam.SHIFT, cfg.max_shift + 1, 0), ErrorCode.BAD_CONFIG),
-        (isa.config(isa.ConfigParam.SHIFT, -1), ErrorCode.BAD_CONFIG),
+        (isa.config(isa.ConfigParam.SHIFT, -isa.MAX_LEFT_SHIFT - 1), ErrorCode.BAD_CONFIG),
+        (isa.config(isa.ConfigParam.ROUNDING, 2), ErrorCode.BAD_CONFIG),
+        (isa.config(isa.ConfigParam.CLAMP_MIN, cfg.operand_min - 1), ErrorCode.BAD_CONFIG),
+        (isa.config(isa.ConfigParam.CLAMP_MAX, cfg.operand_max + 1), ErrorCode.BAD_CONFIG),
         (isa.config(isa.ConfigParam.ZERO_POINT, cfg.operand_max + 1), ErrorCode.BAD_CONFIG),
         (isa.config(isa.ConfigParam.ZERO_POINT, cfg.operand_min - 1), ErrorCode.BAD_CONFIG),
         (isa.config(isa.ConfigParam.RELU, 2), ErrorCode.BAD_CONFIG),

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from amaranth.lib import data
 
+from tpuer.isa import Rounding
 from tpuer import Config
 from tpuer.sim.accumulator_model import AccumulatorModel
 from tpuer.sim.activation_model import (ActivationParams, quantize_multiplier, requantize,
@@ -100,8 +101,38 @@ def test_requantize_relu_bias_and_saturation():
     assert requantize(np.array([[-1000, 0, 0, 0]]), no_relu).tolist()[0][0] == -128
 
 
+def test_requantize_roundings_left_shifts_and_clamps():
+    """Worked by hand: a quarter (2**30 / 2**32) of -6, 6, -2, 2 is -1.5, 1.5, -0.5, 0.5;
+    gemmlowp's double rounding takes halves away from zero, TFLite's single rounding up. A
+    left shift multiplies first, within 32 bits: (2**29 + 1) * 8 wraps to 8. The clamps
+    take the place of RELU6 and RELU_N1_TO_1."""
+    cfg = Config(cols=4)
+    quarter = {"multiplier": 1 << 30, "shift": 1}
+    acc = np.array([[-6, 6, -2, 2]])
+    assert requantize(acc, ActivationParams(cfg, **quarter)).tolist() == [[-2, 2, -1, 1]]
+    assert requantize(acc, ActivationParams(cfg, **quarter, rounding=Rounding.SINGLE)
+                      ).tolist() == [[-1, 2, 0, 1]]
+    half = {"multiplier": 1 << 30}
+    for rounding in Rounding:
+        params = ActivationParams(cfg, **half, shift=-2, rounding=rounding)
+        assert requantize(np.array([[3, -3, 7, 0]]), params).tolist() == [[6, -6, 14, 0]]
+        params = ActivationParams(cfg, **half, shift=-3, rounding=rounding)
+        assert requantize(np.array([[(1 << 29) + 1, 0, 0, 0]]), params).tolist() == \
+            [[4, 0, 0, 0]]
+    one = {"multiplier": INT32_MAX}
+    values = np.array([[-100, 3, 100, -3]])
+    assert requantize(values, ActivationParams(cfg, **one, clamp_min=-5, clamp_max=5)
+                      ).tolist() == [[-5, 3, 5, -3]]
+    assert requantize(values, ActivationParams(cfg, **one, relu=True, clamp_min=-5,
+                                               clamp_max=6, zero_point=1)).tolist() == \
+        [[1, 4, 6, 1]]
+
+
 @pytest.mark.parametrize("kwargs, message", [
-    ({"shift": 32}, "shift must lie in [0, 31]"),
+    ({"shift": 32}, "shift must lie in [-7, 31]"),
+    ({"shift": -8}, "shift must lie in [-7, 31]"),
+    ({"clamp_max": 128}, "clamp_max must lie in [-128, 127]"),
+    ({"rounding": 2}, "2 is not a valid Rounding"),
     ({"zero_point": 128}, "zero_point must lie in [-128, 127]"),
     ({"multiplier": 2**31}, "multiplier must lie in"),
     ({"bias": [1, 2, 3]}, "bias must be a scalar or have 4 lanes"),

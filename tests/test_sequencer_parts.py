@@ -16,6 +16,7 @@ from tpuer.hw.instruction_checks import InstructionChecks
 from tpuer.hw.parameter_registers import ParameterRegisters, RegisteredParameterRegisters
 from tpuer.isa import (ALL_LANES, DEFINED_FLAGS, ConfigParam, DMAKind, ErrorCode, Instruction,
                        Opcode, WriteHostFlag, config, config_ranges, dma_kind)
+from tpuer.sim.activation_model import shift_places
 from tpuer.sim.isa_model import CoreModel
 from tpuer.sim.timing_model import WorkUnderWay, may_go
 
@@ -96,9 +97,12 @@ def test_parameter_registers_follow_the_isa_models_config(form, handed_on):
     wrong = []
 
     def expected():
-        kept = {"bias": model.bias, "multiplier": model.multiplier, "shift": model.shift}
-        return {name: list(values) for name, values in kept.items()}, \
-            model.zero_point, int(model.relu)
+        right, left = shift_places(model.params[ConfigParam.SHIFT])
+        per_lane = {"bias": model.params[ConfigParam.BIAS], "shift": right,
+                    "multiplier": model.params[ConfigParam.MULTIPLIER], "left_shift": left}
+        row = {name: int(model.params[ConfigParam[name.upper()]]) for name in
+               ("zero_point", "relu", "rounding", "clamp_min", "clamp_max")}
+        return {name: list(values) for name, values in per_lane.items()}, row
 
     async def bench(ctx):
         history = [expected()] * latency
@@ -123,15 +127,16 @@ def test_parameter_registers_follow_the_isa_models_config(form, handed_on):
                 model._execute(instr, None, None)
             await ctx.tick()
             history.append(expected())
-            per_lane, zero_point, relu = history[-latency]
+            per_lane, row = history[-latency]
             got = ctx.get(dut.params)
             for name, values in per_lane.items():
-                if ConfigParam[name.upper()] in handed_on:
+                if name in ("bias", "multiplier") and ConfigParam[name.upper()] in handed_on:
                     continue
                 if [int(v) for v in getattr(got, name)] != values:
                     wrong.append((step, name, list(getattr(got, name)), values))
-            if got.zero_point != zero_point or got.relu != relu:
-                wrong.append((step, "zero_point/relu"))
+            for name, value in row.items():
+                if int(getattr(got, name)) != value:
+                    wrong.append((step, name, getattr(got, name), value))
 
     _simulate(dut, bench)
     assert wrong == [], wrong[:5]

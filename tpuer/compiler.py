@@ -144,8 +144,12 @@ def _segment_program(cfg, model, segment, block):
                 matmuls(k0, k1, j, count)
             program.append(isa.halt())
             return program
-        program.append(isa.config(ConfigParam.ZERO_POINT, layer.output_zero_point))
-        program.append(isa.config(ConfigParam.RELU, int(layer.relu)))
+        low, high = layer.clamp
+        program += [isa.config(param, int(value)) for param, value in (
+            (ConfigParam.ZERO_POINT, layer.output_zero_point), (ConfigParam.RELU, layer.relu),
+            (ConfigParam.ROUNDING, layer.rounding),
+            (ConfigParam.CLAMP_MIN, cfg.operand_min if low is None else low),
+            (ConfigParam.CLAMP_MAX, cfg.operand_max if high is None else high))]
 
         def activate(j, count):
             lanes = range(j * cfg.cols, (j + 1) * cfg.cols)

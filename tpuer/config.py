@@ -95,7 +95,7 @@ class Config:
         time, each lane's 32 x 32-bit multiplication done in that many steps of
         ``32 / activation_steps`` bits and its rounding shift a bit per cycle, for devices
         without multipliers or logic to spare (a row then takes
-        ``cols * (activation_steps + 37) + 1`` cycles).
+        ``cols * (activation_steps + 44) + 1`` cycles).
     host_read_queue : int
         Rows the queue of answers to the host's memory reads holds. 2 (the default) lets a
         host that keeps up read a row per cycle; 1 a row every other cycle, on a row's
@@ -110,7 +110,7 @@ class Config:
         fabric before the adder, so that the routing from the DSP block (which may sit far
         from the adder) and the add each have a clock period. The all-lanes activation
         unit's multipliers then keep their operands in such registers too (and with 3
-        their products in the fabric too), and its latency grows from 7 to 9 (10)
+        their products in the fabric too), and its latency grows from 8 to 11 (12)
         (:func:`~tpuer.hw.activation_units.activation_latency`). The matrix unit's latency
         grows by a cycle (two).
     memory_read_latency : int

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from amaranth.hdl import unsigned
 from amaranth.lib import data, enum
 
-__all__ = ["Opcode", "MatmulFlag", "WriteHostFlag", "ConfigParam", "ErrorCode",
+__all__ = ["Opcode", "MatmulFlag", "WriteHostFlag", "ConfigParam", "Rounding",
+           "MAX_LEFT_SHIFT", "PER_LANE", "ErrorCode",
            "INSTRUCTION_LAYOUT", "INSTRUCTION_BITS", "FIELD_BITS", "END_BITS", "Instruction",
            "ALL_LANES",
-           "CoreState", "OPERANDS", "DEFINED_FLAGS", "CONFIG_DEFAULTS", "DMAKind", "dma_kind",
+           "CoreState", "OPERANDS", "DEFINED_FLAGS", "config_defaults", "DMAKind", "dma_kind",
            "RangeCheck", "RANGE_CHECKS", "STATE_CHECKS", "DMA_HAZARDS", "memory_depths",
            "config_lane_bad", "config_ranges", "tiles_held"]
 
@@ -69,17 +70,54 @@ class WriteHostFlag(enum.IntFlag):
 
 
 class ConfigParam(enum.IntEnum):
+    """The activation parameters that CONFIG sets (the requantisation of
+    :func:`tpuer.sim.activation_model.requantize`)."""
+    #: Per lane: added to the accumulator word, saturating.
     BIAS = 0
+    #: Per lane: a signed Q0.31 multiplier.
     MULTIPLIER = 1
+    #: Per lane: a right shift of 0 to ``max_shift``, or a negative value: a left shift of
+    #: the biased word before the multiply, of up to :data:`MAX_LEFT_SHIFT` places.
     SHIFT = 2
+    #: Added after the scaling.
     ZERO_POINT = 3
+    #: 1: the lower clamp bound is the zero point (CLAMP_MIN is not used).
     RELU = 4
+    #: A :class:`Rounding`: how the scaling rounds.
+    ROUNDING = 5
+    #: The lowest output value (RELU6 and RELU_N1_TO_1 as clamps in the quantised domain).
+    #: Should the bounds cross, a value below the lower one takes it, any other the upper.
+    CLAMP_MIN = 6
+    #: The highest output value.
+    CLAMP_MAX = 7
 
 
-#: Each activation parameter after reset, until a CONFIG sets it: a multiplier of about
-#: 1.0 (2**31 - 1), everything else 0.
-CONFIG_DEFAULTS = {ConfigParam.BIAS: 0, ConfigParam.MULTIPLIER: (1 << 31) - 1,
-                   ConfigParam.SHIFT: 0, ConfigParam.ZERO_POINT: 0, ConfigParam.RELU: 0}
+class Rounding(enum.IntEnum, shape=unsigned(1)):
+    """How the requantisation's scaling rounds (:data:`ConfigParam.ROUNDING`)."""
+    #: gemmlowp's (TFLite's MultiplyByQuantizedMultiplier): the doubling high multiply
+    #: rounds to nearest, then the right shift rounds half away from zero.
+    DOUBLE = 0
+    #: TFLite's single rounding (``TFLITE_SINGLE_ROUNDING``): the product and the right
+    #: shift as one division by a power of two, rounded half up.
+    SINGLE = 1
+
+
+#: The largest left shift (a negative SHIFT) of the biased word before the multiply: it
+#: makes scales from 1 up to ``2**MAX_LEFT_SHIFT``.
+MAX_LEFT_SHIFT = 7
+
+#: The parameters set a value per lane; every other is one value for the whole row.
+PER_LANE = (ConfigParam.BIAS, ConfigParam.MULTIPLIER, ConfigParam.SHIFT)
+
+
+def config_defaults(cfg):
+    """Each activation parameter after reset, until a CONFIG sets it: a multiplier of about
+    1.0 (2**31 - 1), double rounding, the clamp bounds the operand range's ends,
+    everything else 0."""
+    return {ConfigParam.BIAS: 0, ConfigParam.MULTIPLIER: (1 << 31) - 1,
+            ConfigParam.SHIFT: 0, ConfigParam.ZERO_POINT: 0, ConfigParam.RELU: 0,
+            ConfigParam.ROUNDING: int(Rounding.DOUBLE),
+            ConfigParam.CLAMP_MIN: cfg.operand_min, ConfigParam.CLAMP_MAX: cfg.operand_max}
 
 #: ``count`` of a CONFIG instruction that sets a per-lane parameter in every lane.
 ALL_LANES = 0xFFFF
@@ -215,9 +253,12 @@ def config_ranges(cfg):
     ``BAD_CONFIG``, as is a lane that is neither :data:`ALL_LANES` nor below ``cfg.cols``."""
     return {ConfigParam.BIAS: (cfg.acc_min, cfg.acc_max),
             ConfigParam.MULTIPLIER: (-(1 << 31), (1 << 31) - 1),
-            ConfigParam.SHIFT: (0, cfg.max_shift),
+            ConfigParam.SHIFT: (-MAX_LEFT_SHIFT, cfg.max_shift),
             ConfigParam.ZERO_POINT: (cfg.operand_min, cfg.operand_max),
-            ConfigParam.RELU: (0, 1)}
+            ConfigParam.RELU: (0, 1),
+            ConfigParam.ROUNDING: (min(Rounding), max(Rounding)),
+            ConfigParam.CLAMP_MIN: (cfg.operand_min, cfg.operand_max),
+            ConfigParam.CLAMP_MAX: (cfg.operand_min, cfg.operand_max)}
 
 
 #: The checks of an instruction, in the order the sequencer and the ISA model make them

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .isa import Rounding
 from .sim.activation_model import quantize_multiplier, requantize_lanes
 
 __all__ = ["Dense", "Conv2D", "QuantizedLayer", "QuantizedModel", "quantize", "quantize_mlp",
@@ -89,8 +90,10 @@ def im2col(x, kernel, stride, padding, pad_value):
 class QuantizedLayer:
     """One int8 layer: a matrix product of ``weights`` (int8, (K, N)) followed by
     requantisation with ``bias`` (int32), ``multiplier`` and ``shift`` (per output
-    channel), ``output_zero_point`` and ``relu``. A convolution keeps its geometry and is
-    a matrix product of im2col rows."""
+    channel), ``output_zero_point``, ``relu``, ``rounding`` and ``clamp`` (the bounds,
+    ``None`` for the int8 range's ends), as
+    :func:`tpuer.sim.activation_model.requantize_lanes` computes it. A convolution keeps
+    its geometry and is a matrix product of im2col rows."""
     kind: str
     weights: np.ndarray
     bias: np.ndarray
@@ -106,6 +109,8 @@ class QuantizedLayer:
     kernel: tuple = (1, 1)
     stride: int = 1
     padding: int = 0
+    rounding: Rounding = Rounding.DOUBLE
+    clamp: tuple = (None, None)
 
     @property
     def k(self):
@@ -128,7 +133,7 @@ class QuantizedLayer:
     def requantize(self, acc):
         return requantize_lanes(acc, bias=self.bias, multiplier=self.multiplier,
                                 shift=self.shift, zero_point=self.output_zero_point,
-                                relu=self.relu)
+                                relu=self.relu, rounding=self.rounding, clamp=self.clamp)
 
     def reference(self, x):
         rows = self.rows_of(x).astype(np.int64)
