@@ -317,7 +317,9 @@ def test_device_drives_the_simulated_board_through_a_terminal(faults):
     """The board's RTL on Verilator behind a pseudo-terminal, driven by the serial back
     end exactly as a real board: matrix products and the digits MLP must be exact, on a
     clean line and on one that flips, drops and doubles bytes, breaks stop bits and
-    pauses; the retransmissions are counted."""
+    pauses; the retransmissions are counted. A clean line waits long for each reply, so
+    that a busy machine's slow simulation never passes for a lost frame; the faulty one
+    waits briefly, so that dropped frames are retried soon."""
     require_simulator("verilator")
     from tpuer.sim.board_sim import SimulatedBoard
     rng = np.random.default_rng(seed())
@@ -325,7 +327,8 @@ def test_device_drives_the_simulated_board_through_a_terminal(faults):
     x = model.quantize_input(digits.x_test[:12])
     retries = 0
     with SimulatedBoard(SERIAL_CONFIG, faults=faults) as board:
-        device = tpuer.Device(SERIAL_CONFIG, backend="serial", port=board.port, timeout=2.0)
+        device = tpuer.Device(SERIAL_CONFIG, backend="serial", port=board.port,
+                              timeout=2.0 if faults else 60.0)
         for m, k, n in [(3, 5, 6), (18, 9, 7)]:
             a = rng.integers(-128, 128, (m, k)).astype(np.int8)
             b = rng.integers(-128, 128, (k, n)).astype(np.int8)
