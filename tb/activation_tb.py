@@ -184,13 +184,21 @@ async def bench_edges(io, cfg, rng):
                     params = ActivationParams(cfg, bias=bias, multiplier=multiplier, shift=shift,
                                               zero_point=zero_point, relu=relu)
                     batches.append((params, rows))
-    # Ties: values exactly halfway, after the shift, in both signs, both roundings.
+    # Ties: values exactly halfway, after the shift, in both signs.
     tie_rows = np.array([np.resize(np.array([6, -6, 2, -2, 10, -10]), cfg.cols)])
-    for rounding in Rounding:
-        batches.append((ActivationParams(cfg, multiplier=(1 << 31) - 1, shift=2,
-                                         rounding=rounding), tie_rows))
+    batches.append((ActivationParams(cfg, multiplier=(1 << 31) - 1, shift=2), tie_rows))
     order = rng.permutation(len(batches))[:48]
     chosen = [batches[k] for k in order]
+    # Ties in both roundings: a multiplier of exactly 1/2 halves the even values without
+    # a remainder, and the right shift meets halves in both signs (6 -> 3 -> 1.5).
+    for rounding in Rounding:
+        chosen.append((ActivationParams(cfg, multiplier=1 << 30, shift=1, rounding=rounding),
+                       tie_rows))
+    # Single rounding rounds once: with a multiplier of 5/8 a product's high word is
+    # 2.5 for 4 (then 1.25 after a shift of 1 is 1) and -7.5 for -12 (-3.75 is -4); a
+    # nudge before the shift, a second rounding, would give 2 and -3.
+    chosen.append((ActivationParams(cfg, multiplier=5 << 28, shift=1, rounding=Rounding.SINGLE),
+                   np.array([np.resize(np.array([4, -12, 12, -4, 20, -20]), cfg.cols)])))
     # Left shifts that keep the value, and that wrap it within 32 bits; single rounding
     # with and without a right shift; bounds of RELU6 and RELU_N1_TO_1's kind, and crossed.
     for shift in (-1, -MAX_LEFT_SHIFT):
