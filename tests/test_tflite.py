@@ -98,7 +98,8 @@ def test_the_models_cover_every_supported_operator_and_activation():
     assert supported | {"NONE", "RELU", "RELU6", "RELU_N1_TO_1"} <= seen
 
 
-@pytest.mark.parametrize("name", ["conv", "depthwise", "dilated", "residual", "float_io"])
+@pytest.mark.parametrize("name", ["dense", "conv", "depthwise", "dilated", "residual",
+                                  "float_io"])
 def test_golden_device_equals_litert(name):
     model = from_tflite(MODELS / f"{name}.tflite")
     x = inputs(model, rng_for(name), 5)
@@ -109,14 +110,17 @@ def test_golden_device_equals_litert(name):
     assert device.stats["programs"] > 0 and device.stats["cycles"] > 0
 
 
+@pytest.mark.parametrize("name", ["depthwise", "dense"])
 @pytest.mark.parametrize("backend", ["pysim", "verilator", "icarus"])
-def test_simulated_device_equals_litert(backend):
+def test_simulated_device_equals_litert(backend, name):
+    """The RTL requantises as the kernels do: the convolutions' double rounding and
+    FULLY_CONNECTED's single rounding (its three layers one program in ``dense``)."""
     if backend != "pysim":
         require_simulator(backend)
-    model = from_tflite(MODELS / "depthwise.tflite")
+    model = from_tflite(MODELS / f"{name}.tflite")
     x = inputs(model, rng_for(backend), 1)[:2]
     device = tpuer.Device(SMALL, backend=backend)
-    np.testing.assert_array_equal(device.run(model, x), litert("depthwise", x))
+    np.testing.assert_array_equal(device.run(model, x), litert(name, x))
     golden = tpuer.Device(SMALL)
     golden.run(model, x)
     assert device.stats == golden.stats
@@ -143,6 +147,73 @@ def test_mapping_names_each_operator_and_where_it_runs():
         (4, "FULLY_CONNECTED", "TPU"), (5, "SOFTMAX", "host")]
     # 8x8 positions, 3x3 windows of 4 channels, 4 filters; then 4 inputs to 5 outputs.
     assert [macs for *_, macs in rows] == [64 * 36 * 4, 64 * 36 * 4, 0, 0, 20, 0]
+
+
+def test_consecutive_fully_connected_operators_run_as_one_program():
+    """dense.tflite's three FULLY_CONNECTED operators are one run: one program whose
+    activations stay in the Unified Buffer, with every layer's requantisation on the TPU."""
+    from tpuer.compiler import compile_model
+    model = from_tflite(MODELS / "dense.tflite")
+    assert [[op.index for op in run] for run in model.runs()] == [[0, 1, 2]]
+    cfg = tpuer.Config(rows=8, cols=8)
+    seen = {}
+
+    def layers(run, quantized, rows):
+        seen["plan"] = compile_model(cfg, quantized)
+        return quantized.reference(rows)
+    x = inputs(model, rng_for("chain"), 4)
+    np.testing.assert_array_equal(model.run(x, None, layers=layers), litert("dense", x))
+    assert [list(segment.layers) for segment in seen["plan"].segments] == [[0, 1, 2]]
+    device = tpuer.Device(cfg)
+    np.testing.assert_array_equal(device.run(model, x), litert("dense", x))
+    assert list(device.operator_cycles) == [0]
+    assert any("(op 0)" in line for line in model.report(cfg))
+
+
+def test_host_requantises_what_the_unit_cannot():
+    """An operator whose requantisation the unit cannot compute (here one marked so) runs
+    its product on the TPU and its requantisation on the host, still bit for bit; it
+    breaks the run of FULLY_CONNECTED operators, and the report says why."""
+    model = from_tflite(MODELS / "dense.tflite")
+    middle = model.operations[1]
+    middle.layer, middle.host_requantisation = None, "a reason given by the test"
+    assert [[op.index for op in run] for run in model.runs()] == [[0], [1], [2]]
+    assert [where for _, _, where, _ in model.mapping()] == ["TPU", "TPU+host", "TPU"]
+    x = inputs(model, rng_for("host requantisation"), 4)
+    device = tpuer.Device(tpuer.Config(rows=4, cols=4))
+    np.testing.assert_array_equal(device.run(model, x), litert("dense", x))
+    assert sorted(device.operator_cycles) == [0, 1, 2]
+    assert "op 1: the host requantises, as a reason given by the test" in \
+        model.report(tpuer.Config(rows=4, cols=4))
+
+
+def test_single_rounding_pair_is_the_float_requantisation_or_none(monkeypatch):
+    """Over every accumulator of a range, brute force: the pair found gives
+    FULLY_CONNECTED's float64 requantisation exactly; a multiplier a little off is
+    refused."""
+    from tpuer.isa import Rounding
+    from tpuer.sim.activation_model import requantize_lanes
+    rng = rng_for("single rounding")
+    found = 0
+    for _ in range(40):
+        scale = float(np.exp(rng.uniform(np.log(1e-4), np.log(3.0))))
+        zero = int(rng.integers(-128, 128))
+        bounds = (-128, 127) if rng.random() < 0.5 else (zero, min(127, zero + 60))
+        low, high = sorted(int(v) for v in rng.integers(-400_000, 400_000, 2))
+        acc = np.arange(low, high + 1)
+        exact = kernels.requantize_float(acc, scale, zero, bounds)
+        pair = kernels.single_rounding_pair(low, high, scale, zero, bounds)
+        if pair is not None:
+            found += 1
+            fixed = requantize_lanes(acc, bias=0, multiplier=pair[0], shift=pair[1],
+                                     zero_point=zero, relu=False, rounding=Rounding.SINGLE,
+                                     clamp=bounds)
+            np.testing.assert_array_equal(fixed, exact)
+    assert found >= 30
+    exact_pair = kernels.tflite_multiplier
+    monkeypatch.setattr(kernels, "tflite_multiplier",
+                        lambda scale: (exact_pair(scale)[0] + (1 << 12), exact_pair(scale)[1]))
+    assert kernels.single_rounding_pair(-(1 << 22), 1 << 22, 0.0123, 3, (-128, 127)) is None
 
 
 def test_compile_and_run_model_commands(tmp_path, capsys):

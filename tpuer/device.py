@@ -295,9 +295,12 @@ class Device:
         return act
 
     def _run_tflite(self, model, x, *, progress, max_cycles):
-        """:meth:`run` of a TFLite model: each matrix operator's int8 product on the TPU
-        (:meth:`matmul`), the rest on the host as LiteRT's reference kernels compute it.
-        :attr:`operator_cycles` maps each TPU operator's index to its cycles."""
+        """:meth:`run` of a TFLite model: each matrix operator on the TPU, with its
+        requantisation where the activation unit computes it as the kernel does (a run of
+        them as one program, :meth:`~tpuer.tflite_model.TFLiteModel.runs`), else its int8
+        product (:meth:`matmul`) and the requantisation on the host; the rest on the host
+        as LiteRT's reference kernels compute it. :attr:`operator_cycles` maps the index of
+        each TPU operator (of a run of them: the first) to its cycles."""
         model.check_input(x)
         budget = self._budget(max_cycles)
         on_tpu = sum(operation.on_tpu for operation in model.operations)
@@ -309,25 +312,34 @@ class Device:
         done = 0
         self.operator_cycles = {}
 
-        def matmul(a, b):
+        def on_tpu(work, operators):
             nonlocal done
             left = budget - (totals["cycles"] or 0)
             if left < 1:
                 raise CycleBudgetError(f"the model used its budget of max_cycles={budget:,} "
                                        f"before its operator {done + 1} on the TPU")
-            product = self.matmul(a, b, max_cycles=left, progress=False)
+            result = work(left)
             _add_counters(totals, self.stats)
-            done += 1
+            done += operators
             bar.update(done)
-            return product
+            return result
+
+        def matmul(a, b):
+            return on_tpu(lambda left: self.matmul(a, b, max_cycles=left, progress=False), 1)
+
+        def layers(run, quantized, rows):
+            result = on_tpu(lambda left: self.run(quantized, rows, max_cycles=left,
+                                                  progress=False), len(run))
+            self.operator_cycles[run[0].index] = self.stats["cycles"]
+            return result
 
         def after(operation, output):
-            # A TPU operator makes one product: its cycles are the last matmul's.
-            if operation.on_tpu:
+            # An operator requantised on the host made one product: the last matmul.
+            if operation.on_tpu and operation.layer is None:
                 self.operator_cycles[operation.index] = self.stats["cycles"]
 
         try:
-            result = model.run(x, matmul, after=after)
+            result = model.run(x, matmul, layers=layers, after=after)
         finally:
             bar.close()
         # Useful products only (a depthwise convolution multiplies zeros off its diagonal).

@@ -12,15 +12,15 @@ import math
 
 import numpy as np
 
-from .sim.activation_model import (rounding_divide_by_pot, rounding_doubling_high_mul,
-                                   tflite_multiplier)
+from .isa import MAX_LEFT_SHIFT, Rounding
+from .sim.activation_model import (requantize_lanes, rounding_divide_by_pot,
+                                   rounding_doubling_high_mul, tflite_multiplier)
 
 __all__ = ["round_half_away", "tflite_multiplier", "multiply_by_quantized_multiplier",
            "activation_range", "same_padding", "output_size", "window_geometry", "patches",
-           "integer_product",
-           "requantize_double", "requantize_float", "max_pool", "average_pool", "mean",
-           "add", "softmax", "quantize", "dequantize", "pad", "space_to_batch",
-           "batch_to_space"]
+           "integer_product", "requantize_double", "requantize_float", "single_rounding_pair",
+           "max_pool", "average_pool", "mean", "add", "softmax", "quantize", "dequantize", "pad",
+           "space_to_batch", "batch_to_space"]
 
 INT8_MIN, INT8_MAX = -128, 127
 
@@ -130,6 +130,36 @@ def requantize_float(acc, scale, zero_point, bounds):
     clamp to ``bounds``; int8."""
     scaled = round_half_away(np.asarray(acc, np.int64).astype(np.float64) * scale)
     return np.clip(_wrap_int32(scaled) + zero_point, *bounds).astype(np.int8)
+
+
+def single_rounding_pair(low, high, scale, zero_point, bounds):
+    """The activation unit's ``(multiplier, shift)`` with single rounding
+    (:class:`~tpuer.isa.Rounding` ``SINGLE``) that gives exactly FULLY_CONNECTED's float64
+    requantisation (:func:`requantize_float`) of every accumulator from ``low`` to ``high``
+    for one output channel of real scale ``scale``; ``None`` if there is none.
+
+    The pair is :func:`tflite_multiplier`'s. Both requantisations are non-decreasing
+    step functions of the accumulator that step only near ``(j + 1/2) / scale``: the float
+    one within float64's rounding, the fixed-point one within its multiplier's relative
+    error of ``2**-31``, less than one accumulator step while ``|acc| < 2**31``. Between
+    those places both are constant, so they are equal everywhere once they are equal on
+    every accumulator within 3 of each place where the clamped output can step, and at
+    ``low`` and ``high``: a few thousand values, not the millions of the range."""
+    multiplier, exponent = tflite_multiplier(scale)
+    reach = max(abs(int(low)), abs(int(high)))
+    if multiplier == 0 or exponent > MAX_LEFT_SHIFT or \
+            reach << max(exponent, 0) >= 1 << 31 or reach * scale >= 1 << 31:
+        return None
+    steps = np.arange(bounds[0] - zero_point - 1, bounds[1] - zero_point + 1)
+    places = np.floor((steps + 0.5) / scale).astype(np.int64)
+    acc = np.unique(np.clip(np.concatenate([(places[:, None] + np.arange(-3, 4)).ravel(),
+                                            [low, high]]), low, high))
+    fixed = requantize_lanes(acc, bias=0, multiplier=multiplier, shift=-exponent,
+                             zero_point=zero_point, relu=False, rounding=Rounding.SINGLE,
+                             clamp=bounds)
+    if not np.array_equal(fixed, requantize_float(acc, scale, zero_point, bounds)):
+        return None
+    return multiplier, -exponent
 
 
 def window_geometry(size, kernel, stride, dilation, padding):

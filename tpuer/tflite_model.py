@@ -3,8 +3,11 @@ classes), checked, and run bit-exactly as LiteRT's reference kernels run them.
 
 :func:`from_tflite` returns a :class:`TFLiteModel`. Its matrix operators
 (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D) are int8 matrix products, which
-``tpuer.Device.run`` computes on the TPU; everything else, and the requantisation that
-ends those operators, is computed on the host by :mod:`tpuer.tflite_kernels`.
+``tpuer.Device.run`` computes on the TPU together with the requantisation that ends them
+(the activation unit computes it bit for bit as the kernel does: see
+:attr:`_MatrixOperation.layer`), consecutive FULLY_CONNECTED operators as one program
+whose activations stay in the Unified Buffer. Everything else is computed on the host by
+:mod:`tpuer.tflite_kernels`.
 """
 
 import os
@@ -13,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import tflite_kernels as kernels
+from .isa import MAX_LEFT_SHIFT, Rounding
+from .quantize import QuantizedLayer, QuantizedModel
 
 __all__ = ["TFLiteError", "TFLiteModel", "TensorInfo", "from_tflite", "litert_output",
            "SUPPORTED_OPERATORS"]
@@ -61,6 +66,7 @@ class Operation:
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
         self.options = options
         self._check(model)
+        self._prepare()
 
     def where(self):
         return f"operator {self.index} ({self.name})"
@@ -105,6 +111,9 @@ class Operation:
     def _check(self, model):
         """Refuse what this operator cannot compute exactly (a :class:`TFLiteError`)."""
 
+    def _prepare(self):
+        """What the operator computes once, after :meth:`_check`."""
+
     def run(self, model, values, matmul):
         """Compute the outputs into ``values`` (tensor index -> array) from the inputs."""
         raise NotImplementedError
@@ -134,6 +143,50 @@ class _MatrixOperation(Operation):
             if len(tensor.scale) != 1:
                 self._fail(f"tensor {tensor.name!r} is quantised per channel; only weights "
                            f"may be")
+
+    def _prepare(self):
+        """:attr:`layer`: the operator as a :class:`~tpuer.quantize.QuantizedLayer` of the
+        TPU, its requantisation the activation unit's and bit for bit the kernel's; or
+        ``None``, when :attr:`host_requantisation` says why the host requantises (the
+        product still runs on the TPU).
+
+        The input zero point is folded into the bias (``bias - z_in * sum(w)``: the padding
+        holds the zero point, so every window position takes it). It holds when the
+        weights' zero points are 0, every accumulator the input can make fits int32 (the
+        kernel's own wraps, the TPU's saturates) and the requantisation fits the unit
+        (:meth:`_fixed_point`)."""
+        self.layer, self.host_requantisation = None, None
+        weights = self._weights.astype(np.int64)
+        (input_scale, input_zero), (output_scale, output_zero) = (
+            self._input.quantization, self._output.quantization)
+        if np.any(self._filter_zero_points()):
+            self.host_requantisation = "its weights' zero point is not 0"
+            return
+        bias = np.zeros(weights.shape[1], np.int64) if self._bias is None else \
+            self._bias.data.astype(np.int64)
+        bias = bias - input_zero * weights.sum(axis=0)
+        inputs = np.array([kernels.INT8_MIN - input_zero, kernels.INT8_MAX - input_zero])
+        low = bias + np.minimum(inputs[0] * weights, inputs[1] * weights).sum(axis=0)
+        high = bias + np.maximum(inputs[0] * weights, inputs[1] * weights).sum(axis=0)
+        if low.min() < -(1 << 31) or high.max() >= 1 << 31:
+            self.host_requantisation = "its accumulators may leave int32"
+            return
+        fixed = self._fixed_point(low, high)
+        if isinstance(fixed, str):
+            self.host_requantisation = fixed
+            return
+        multiplier, shift, rounding = fixed
+        self.layer = QuantizedLayer(
+            kind="dense", weights=self._weights, bias=bias, multiplier=multiplier,
+            shift=shift, input_scale=float(input_scale), input_zero_point=input_zero,
+            output_scale=float(output_scale), output_zero_point=output_zero, relu=False,
+            input_shape=(len(weights),), output_shape=(weights.shape[1],),
+            rounding=rounding, clamp=self.bounds)
+
+    def rows(self, x):
+        """The rows of the operator's product for input ``x``, and the shape its output
+        rows take."""
+        raise NotImplementedError
 
     def _channels(self):
         return self._filter.shape[0]
@@ -179,16 +232,30 @@ class FullyConnected(_MatrixOperation):
         self._weights = self._filter.data.reshape(self._filter.shape).T.copy()   # (K, N)
         self._scales = self._effective_scales()
 
-    def run(self, model, values, matmul):
-        x = values[self.inputs[0]]
+    def _fixed_point(self, low, high):
+        """Single rounding with each channel's :func:`~tpuer.tflite_kernels.single_rounding_pair`,
+        where every channel has one."""
+        _, output_zero = self._output.quantization
+        pairs = [kernels.single_rounding_pair(lo, hi, scale, output_zero, self.bounds)
+                 for lo, hi, scale in zip(low, high, self._scales)]
+        if any(pair is None for pair in pairs):
+            return "single rounding differs from its float64 requantisation"
+        return (np.array([m for m, _ in pairs], np.int64),
+                np.array([shift for _, shift in pairs], np.int64), Rounding.SINGLE)
+
+    def rows(self, x):
         k = self._weights.shape[0]
         if x.size % (len(x) * k):
             self._fail(f"its input of shape {x.shape} does not split into rows of {k}")
-        rows = x.reshape(-1, k)
+        n = self._weights.shape[1]
+        shape = (*x.shape[:-1], n) if self.options.get("keep_num_dims") else (-1, n)
+        return x.reshape(-1, k), shape
+
+    def run(self, model, values, matmul):
+        rows, shape = self.rows(values[self.inputs[0]])
         acc = self._product(rows, self._weights, matmul)
         _, output_zero = self._output.quantization
         y = kernels.requantize_float(acc, self._scales, output_zero, self.bounds)
-        shape = (*x.shape[:-1], y.shape[-1]) if self.options.get("keep_num_dims") else y.shape
         values[self.outputs[0]] = y.reshape(shape)
 
     def macs(self, model, batch=1):
@@ -222,12 +289,22 @@ class _Convolution(_MatrixOperation):
         kernel, stride, dilation, before, out = self._geometry(*x.shape[1:3])
         return kernels.patches(x, kernel, stride, dilation, before, out, input_zero), out
 
-    def run(self, model, values, matmul):
-        x = values[self.inputs[0]]
+    def _fixed_point(self, low, high):
+        """The kernel's own double rounding (``MultiplyByQuantizedMultiplier``), where its
+        left shifts fit the unit's."""
+        if self._exponents.max() > MAX_LEFT_SHIFT:
+            return (f"a scale of 2**{self._exponents.max()} or more needs a left shift "
+                    f"beyond the activation unit's {MAX_LEFT_SHIFT} places")
+        return self._multipliers, -self._exponents, Rounding.DOUBLE
+
+    def rows(self, x):
         windows, (oh, ow) = self._windows(x)
-        rows = windows.reshape(len(x) * oh * ow, -1)
+        return windows.reshape(len(x) * oh * ow, -1), (len(x), oh, ow, -1)
+
+    def run(self, model, values, matmul):
+        rows, shape = self.rows(values[self.inputs[0]])
         y = self._requantize(self._product(rows, self._weights, matmul))
-        values[self.outputs[0]] = y.reshape(len(x), oh, ow, -1)
+        values[self.outputs[0]] = y.reshape(shape)
 
     def macs(self, model, batch=1):
         """The useful products: ``_useful`` per output position."""
@@ -462,6 +539,16 @@ SUPPORTED_OPERATORS = {
 }
 
 
+def _chains(previous, operation, readers, model_output):
+    """Whether ``operation`` joins the TPU run that ends with ``previous`` (see
+    :meth:`TFLiteModel.runs`)."""
+    return (isinstance(previous, FullyConnected) and isinstance(operation, FullyConnected)
+            and previous.layer is not None and operation.layer is not None
+            and not operation.options.get("keep_num_dims")
+            and operation.inputs[0] == previous.outputs[0]
+            and readers.get(previous.outputs[0]) == 1 and previous.outputs[0] != model_output)
+
+
 def _options(tflite, op):
     """The builtin options of operator ``op`` as a dict of the fields tpuer reads."""
     table = op.BuiltinOptions()
@@ -529,15 +616,47 @@ class TFLiteModel:
         if dtype == np.float32 and not np.all(np.isfinite(x)):
             raise ValueError("x holds a NaN or an infinity")
 
-    def run(self, x, matmul, *, after=None):
-        """The output for ``x``, the int8 products computed by ``matmul(a, b)``;
-        ``after(operation, output)`` is called when each operator is done."""
+    def runs(self):
+        """The operators in runs that the TPU computes as one: consecutive
+        FULLY_CONNECTED operators with a :attr:`~_MatrixOperation.layer` each, each taking
+        the one before's output, which nothing else reads (it stays in the Unified
+        Buffer); every other operator a run of its own."""
+        readers = {}
+        for operation in self.operations:
+            for tensor in operation.inputs:
+                readers[tensor] = readers.get(tensor, 0) + 1
+        runs = []
+        for operation in self.operations:
+            if runs and _chains(runs[-1][-1], operation, readers, self.output.index):
+                runs[-1].append(operation)
+            else:
+                runs.append([operation])
+        return runs
+
+    def run(self, x, matmul, *, layers=None, after=None):
+        """The output for ``x``, the int8 products computed by ``matmul(a, b)``.
+
+        With ``layers``, each run of :meth:`runs` whose operators have a
+        :attr:`~_MatrixOperation.layer` is computed by ``layers(run, model, rows)``:
+        ``model`` a :class:`~tpuer.quantize.QuantizedModel` of their layers, ``rows`` the
+        first one's input rows; it returns the last one's output rows. ``after(operation,
+        output)`` is called when each operator is done (in such a run, the last)."""
         self.check_input(x)
         values = {self.input.index: x}
-        for operation in self.operations:
-            operation.run(self, values, matmul)
+        for run in self.runs() if layers is not None else [[op] for op in self.operations]:
+            first, last = run[0], run[-1]
+            if layers is None or getattr(first, "layer", None) is None:
+                first.run(self, values, matmul)
+            else:
+                rows, shape = first.rows(values[first.inputs[0]])
+                if len(run) > 1:
+                    shape = (-1, last.layer.n)
+                model = QuantizedModel([op.layer for op in run], input_shape=(first.layer.k,),
+                                       input_scale=first.layer.input_scale,
+                                       input_zero_point=first.layer.input_zero_point)
+                values[last.outputs[0]] = np.asarray(layers(run, model, rows)).reshape(shape)
             if after is not None:
-                after(operation, values[operation.outputs[0]])
+                after(last, values[last.outputs[0]])
         return values[self.output.index]
 
     def reference(self, x):
@@ -549,23 +668,38 @@ class TFLiteModel:
         return sum(operation.macs(self) for operation in self.operations)
 
     def mapping(self):
-        """Each operator: ``(index, name, "TPU" or "host", MACs per sample)``."""
-        return [(op.index, op.name, "TPU" if op.on_tpu else "host", op.macs(self))
-                for op in self.operations]
+        """Each operator: ``(index, name, where, MACs per sample)``, ``where`` ``"TPU"``
+        (product and requantisation), ``"TPU+host"`` (the product; the host requantises:
+        the operator's ``host_requantisation`` says why) or ``"host"``."""
+        def where(op):
+            if not op.on_tpu:
+                return "host"
+            return "TPU" if op.layer is not None else "TPU+host"
+        return [(op.index, op.name, where(op), op.macs(self)) for op in self.operations]
 
     def report(self, cfg):
         """The mapping of :meth:`mapping` with the cycles of one inference on a TPU of
         configuration ``cfg``, by the cycle model (the golden back end, whose counters
-        equal the RTL's), as text lines."""
+        equal the RTL's), as text lines. Operators that run as one program (:meth:`runs`)
+        show their cycles on the first."""
         from .device import Device
         device = Device(cfg)
         sample = np.zeros((1, *self.input_shape), np.dtype(self.input.dtype))
         device.run(self, sample, progress=False)
         cycles = device.operator_cycles
+        first_of = {op.index: run[0].index for run in self.runs() for op in run}
         lines = [f"{'op':>3}  {'operator':<18} {'runs on':<8} {'MACs':>9} {'cycles':>8}"]
         for index, name, where, macs in self.mapping():
-            shown = f"{cycles[index]:,}" if index in cycles else "-"
+            if index in cycles:
+                shown = f"{cycles[index]:,}"
+            elif first_of[index] != index:
+                shown = f"(op {first_of[index]})"
+            else:
+                shown = "-"
             lines.append(f"{index:>3}  {name:<18} {where:<8} {macs:>9,} {shown:>8}")
+        for op in self.operations:
+            if op.on_tpu and op.layer is None:
+                lines.append(f"op {op.index}: the host requantises, as {op.host_requantisation}")
         on_tpu = sum(op.on_tpu for op in self.operations)
         total = device.stats["cycles"]
         utilisation = device.stats["macs"] / (cfg.rows * cfg.cols * total) if total else 0.0
