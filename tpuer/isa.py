@@ -119,6 +119,7 @@ def config_defaults(cfg):
             ConfigParam.ROUNDING: int(Rounding.DOUBLE),
             ConfigParam.CLAMP_MIN: cfg.operand_min, ConfigParam.CLAMP_MAX: cfg.operand_max}
 
+
 #: ``count`` of a CONFIG instruction that sets a per-lane parameter in every lane.
 ALL_LANES = 0xFFFF
 
