@@ -33,7 +33,10 @@ async def _run(io, cfg, rng, cycles, values, hot_addresses=None, store_after=Non
     schedule = [(None, None)] * (cfg.cols - 1 if skewed_lanes else 0)
     schedule += clearing_writes(cfg.acc_depth, lambda addr: {
         "addr": addr, "data": zeros, "accumulate": 0})
-    recently_written = [None] * (spacing - 1)
+    # The rows written in the last add_spacing - 1 cycles, the latest first: the clearing
+    # writes' last rows too, or an addition right after them would break the rule below.
+    recently_written = ([write["addr"] if write else None for _, write in schedule[::-1]] +
+                        [None] * spacing)[:spacing - 1]
     for _ in range(cycles):
         read = address() if rng.random() < 0.6 else None
         write = None
