@@ -35,3 +35,17 @@ class AccumulatorModel:
         if self.in_range(addr):
             return self.rows[addr].copy()
         return np.zeros(self.cfg.cols, dtype=np.int64)
+
+    def write_block(self, addr, rows, accumulate=False):
+        """:meth:`write` of consecutive rows from ``addr``, all inside the memory."""
+        cfg = self.cfg
+        rows = check_range("accumulator row", rows, cfg.acc_min, cfg.acc_max)
+        window = self.rows[addr:addr + len(rows)]
+        if len(window) != len(rows):
+            raise IndexError(f"accumulator rows {addr}..{addr + len(rows) - 1} outside "
+                             f"{cfg.acc_depth}")
+        window[:] = saturate(window + rows, cfg.acc_width) if accumulate else rows
+
+    def read_block(self, addr, count):
+        """Rows ``addr ... addr + count - 1``, all inside the memory (a copy)."""
+        return self.rows[addr:addr + count].copy()

@@ -1,7 +1,8 @@
 """ISA-level golden model of the TPU core: executes a program on NumPy state, bit-exactly,
 with the same error codes as the hardware and the counters that are exact."""
 
-from collections import deque
+import functools
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,11 +59,12 @@ class CoreModel:
         #: value per lane for the per-lane ones.
         self.params = {param: np.full(cfg.cols, value, dtype=np.int64) if param in PER_LANE
                        else value for param, value in config_defaults(cfg).items()}
+        self._activation = None         # ActivationParams of self.params, once made
 
     # --- what the host does directly ----------------------------------------------------
 
     def load_program(self, words, start=0):
-        words = [int(w.encode() if isinstance(w, Instruction) else w) for w in words]
+        words = [w.word if type(w) is Instruction else int(w) for w in words]
         if start < 0 or start + len(words) > self.cfg.program_depth:
             raise ValueError(f"a program of {len(words)} instructions at {start} does not fit "
                              f"the instruction memory of {self.cfg.program_depth}")
@@ -121,21 +123,6 @@ class CoreModel:
 
     # --- execution ----------------------------------------------------------------------
 
-    def check(self, instr):
-        """The error an instruction raises in the current state, or ``ErrorCode.NONE``:
-        the checks of :data:`~tpuer.isa.RANGE_CHECKS`'s description, in its order."""
-        error = self.static_check(instr)
-        if error is not ErrorCode.NONE:
-            return error
-        op = instr.op
-        if op is Opcode.READ_WEIGHTS and \
-                len(self.tiles) + instr.count > tiles_held(self.cfg):
-            return STATE_CHECKS[op]
-        if op is Opcode.MATMUL and instr.count and instr.flags & MatmulFlag.SWITCH and \
-                not self.tiles:
-            return STATE_CHECKS[op]
-        return ErrorCode.NONE
-
     def static_check(self, instr):
         """The first failing check of those that do not depend on the core's state (the
         RTL's :class:`~tpuer.hw.instruction_checks.InstructionChecks`), or
@@ -163,100 +150,275 @@ class CoreModel:
                 return ErrorCode.BAD_CONFIG
         return ErrorCode.NONE
 
-    def run(self, start=0, host_in=(), *, timed=True, max_cycles=10_000_000):
+    def run(self, start=0, host_in=(), *, timed=True, max_cycles=10_000_000, recorder=None):
         """Execute from ``start`` until HALT or an error (the program ends at the last
         word of the instruction memory at the latest). ``host_in`` supplies the rows that
         READ_HOST takes, in order. Returns a :class:`RunResult`; with ``timed``, its
         ``cycles`` and ``weight_stall_cycles`` are those of a host that offers every row at
         once and takes every answer at once, and a run that passes ``max_cycles`` raises
-        :class:`~tpuer.device.CycleBudgetError`."""
-        result = self._interpret(start, host_in)
+        :class:`~tpuer.device.CycleBudgetError`. ``recorder`` (a
+        :class:`~tpuer.sim.trace.Recorder`) receives the run cycle by cycle."""
+        cfg = self.cfg
+        host_rows = np.asarray(host_in, dtype=np.int64)
+        if host_rows.size == 0:
+            host_rows = host_rows.reshape(0, cfg.ub_lanes)
+        if host_rows.ndim != 2 or host_rows.shape[1] != cfg.ub_lanes:
+            raise ValueError(f"host rows have {cfg.ub_lanes} lanes, not of shape "
+                             f"{host_rows.shape}")
+        host_rows = check_range("host rows", host_rows, cfg.operand_min, cfg.operand_max)
+        walk = self._walk(start)
+        if walk.host_rows > len(host_rows):
+            raise RuntimeError("READ_HOST wants more host rows than were supplied")
+        result = walk.result()
+        self._apply(walk, host_rows, result)
         if timed:
-            timing = self.timing.run(result.trace, error=result.state is CoreState.ERROR,
-                                     host_rows=len(host_in), max_cycles=max_cycles)
-            result.cycles = timing["cycles"]
-            result.weight_stall_cycles = timing["weight_stall_cycles"]
-            assert timing["mxu_busy_cycles"] == result.mxu_busy_cycles
-            assert timing["instructions"] == result.instructions
-        del result.trace
+            self._time(walk, result, len(host_rows), max_cycles, recorder)
         return result
 
-    def _interpret(self, start, host_in):
+    def time(self, start=0, host_rows=0, *, max_cycles=10_000_000):
+        """The :class:`RunResult` of a run from ``start`` with its counters, by the cycle
+        model alone: the instructions are checked and timed, no data moves (nor does the
+        weight queue of the ISA state: :attr:`timing` advances)."""
+        walk = self._walk(start)
+        result = walk.result()
+        self._time(walk, result, host_rows, max_cycles, None)
+        return result
+
+    def _time(self, walk, result, host_rows, max_cycles, recorder):
+        timing = self.timing.run(walk.words, error=result.state is CoreState.ERROR,
+                                 host_rows=host_rows, max_cycles=max_cycles,
+                                 recorder=recorder)
+        result.cycles = timing["cycles"]
+        result.weight_stall_cycles = timing["weight_stall_cycles"]
+        assert timing["mxu_busy_cycles"] == result.mxu_busy_cycles
+        assert timing["instructions"] == result.instructions
+
+    def _walk(self, start):
+        """The :class:`_Walk` of a run from ``start``: it depends on nothing but the
+        instruction memory and the number of weight tiles queued, so it is made once for
+        each (the driver runs the same programs again and again)."""
+        key = (self.cfg, tuple(self.program), start, len(self.tiles))
+        walk = _walks.get(key)
+        if walk is None:
+            walk = _walks[key] = _Walk(self, start)
+            if len(_walks) > WALKS_REMEMBERED:
+                del _walks[next(iter(_walks))]
+        return walk
+
+    def _apply(self, walk, host_rows, result):
+        """Do what the instructions of ``walk`` do to the state, in order; the products
+        of each group of MATMULs as one batched NumPy product."""
         cfg = self.cfg
-        host_rows = deque(np.asarray(row, dtype=np.int64) for row in host_in)
-        result = RunResult(state=CoreState.RUNNING)
-        result.trace = []
+        # Every tile a MATMUL may switch to, as an index into one bank: the active tile,
+        # the queued ones, then the weight memory (which does not change during a run).
+        bank = np.concatenate([self.active[None], *[tile[None] for tile in self.tiles],
+                               self.weights])
+        taken = 0
+        for op in walk.ops:
+            kind = op[0]
+            if kind == "products":
+                self._products(bank, op[1])
+            elif kind == "read_host":
+                _, a, n = op
+                self.ub.write_block(a, host_rows[taken:taken + n])
+                taken += n
+            elif kind == "write_host":
+                _, from_acc, a, n = op
+                result.host_out.extend((self.acc if from_acc else self.ub).read_block(a, n))
+            elif kind == "activate":
+                _, a, b, n = op
+                if self._activation is None:      # made again only after a CONFIG
+                    self._activation = self.activation_params()
+                rows = np.zeros((n, cfg.ub_lanes), dtype=np.int64)
+                rows[:, :cfg.cols] = requantize(self.acc.read_block(a, n), self._activation)
+                self.ub.write_block(b, rows, np.arange(cfg.ub_lanes) < cfg.cols)
+            else:
+                _, param, lanes, value = op
+                self._activation = None
+                if lanes is None:
+                    self.params[param] = value
+                else:
+                    self.params[param][lanes] = value
+        self.active = bank[walk.active].copy()
+        self.tiles = deque(bank[index].copy() for index in walk.queue)
+
+    def _products(self, bank, group):
+        """A :class:`_Products` group of MATMULs, with one batched product."""
+        cfg = self.cfg
+        products = np.matmul(self.ub.rows[group.ub_rows][:, :, :cfg.rows], bank[group.tiles])
+        acc = self.acc.rows
+        # No sum can saturate when the largest accumulator word there plus every product's
+        # largest magnitude stays in range: then plain additions in any order are exact.
+        bound = (int(np.abs(acc[group.acc_rows]).max()) +
+                 int(np.abs(products).max(axis=(1, 2)).sum()))
+        if bound <= cfg.acc_max:
+            acc[group.cleared] = 0
+            np.add.at(acc, group.counted_rows, products.reshape(-1, cfg.cols)[group.counted])
+        else:
+            for rows, product, add in zip(group.acc_rows, products, group.accumulate):
+                self.acc.write_block(int(rows[0]), product, add)
+
+
+class _Products:
+    """Consecutive MATMULs of ``n`` rows each, as a :class:`_Walk` collects them: for MATMUL
+    ``i``, ``acc[acc_rows[i]] (+)= ub[ub_rows[i], :rows] @ bank[tiles[i]]`` (the tiles as
+    indices into the bank of :meth:`CoreModel._apply`), in order, with saturation.
+
+    Without saturation the order does not matter but for overwrites: a row's sum starts
+    at its last overwrite. So :attr:`cleared` are the rows that some MATMUL overwrites,
+    and :attr:`counted` marks the products (flattened, their rows :attr:`counted_rows`)
+    that no later MATMUL overwrites."""
+
+    def __init__(self, n):
+        self.n = n
+        self.entries = []             # (ub row, tile, acc row, accumulate)
+
+    def add(self, a, tile, b, accumulate):
+        self.entries.append((a, tile, b, accumulate))
+
+    def close(self, cfg):
+        steps = np.arange(self.n)
+        starts = np.array([entry[0] for entry in self.entries])
+        self.ub_rows = starts[:, None] + steps
+        self.tiles = np.array([entry[1] for entry in self.entries])
+        self.acc_rows = np.array([entry[2] for entry in self.entries])[:, None] + steps
+        self.accumulate = [entry[3] for entry in self.entries]
+        last_overwrite = np.full(cfg.acc_depth, -1)
+        for index, (_, _, b, accumulate) in enumerate(self.entries):
+            if not accumulate:
+                last_overwrite[b:b + self.n] = index
+        order = np.repeat(np.arange(len(self.entries)), self.n)
+        flat = self.acc_rows.reshape(-1)
+        self.counted = order >= last_overwrite[flat]
+        self.counted_rows = flat[self.counted]
+        self.cleared = np.flatnonzero(last_overwrite >= 0)
+        del self.entries
+        return self
+
+
+#: How many runs' :class:`_Walk` s are remembered (the least recently made go).
+WALKS_REMEMBERED = 1024
+_walks = OrderedDict()
+
+
+class _Walk:
+    """A run's control flow, checked, without data: the words it retires (a final HALT
+    included; an instruction that fails its checks stops it), its counters that do not
+    depend on timing, and what it does to the state as :attr:`ops`, executed by
+    :meth:`CoreModel._apply`:
+
+    * ``("products", group)``: a :class:`_Products` group of MATMULs of as many rows,
+      done after the other operations that come before it here, which touch nothing it
+      reads or writes;
+    * ``("read_host", a, n)``, ``("write_host", from_acc, a, n)``, ``("activate", a, b,
+      n)``, ``("config", param, lanes or None, value)``.
+
+    :attr:`active` and :attr:`queue` are the bank indices of the active tile and the
+    queued tiles at the end."""
+
+    def __init__(self, model, start):
+        cfg = model.cfg
+        self.state, self.error, self.error_pc = CoreState.RUNNING, ErrorCode.NONE, 0
+        self.instructions = self.mxu_busy_cycles = self.host_rows = 0
+        self.ops = []
+        queue = deque(range(1, 1 + len(model.tiles)))
+        active, memory = 0, 1 + len(model.tiles)
+        group = None
+        # what the open group's MATMULs read and write: an instruction after them that
+        # writes those UB rows or reads those accumulator rows closes the group first
+        ub_read = np.zeros(cfg.ub_depth, bool)
+        acc_written = np.zeros(cfg.acc_depth, bool)
+
+        def close():
+            nonlocal group
+            if group is not None:
+                self.ops.append(("products", group.close(cfg)))
+                group = None
+                ub_read[:] = False
+                acc_written[:] = False
+
         pc = start
         while True:
             if pc >= cfg.program_depth:
-                result.state, result.error, result.error_pc = \
-                    CoreState.ERROR, ErrorCode.PROGRAM_END, pc
-                return result
-            instr = Instruction.decode(self.program[pc])
-            error = self.check(instr)
+                self.state, self.error, self.error_pc = CoreState.ERROR, ErrorCode.PROGRAM_END, pc
+                break
+            instr = Instruction.decode(model.program[pc])
+            error = model.static_check(instr)
+            op, a, b, n = instr.op, instr.a, instr.b, instr.count
+            if error is ErrorCode.NONE:
+                if op is Opcode.READ_WEIGHTS and len(queue) + n > tiles_held(cfg):
+                    error = STATE_CHECKS[op]
+                elif op is Opcode.MATMUL and n and instr.flags & MatmulFlag.SWITCH and \
+                        not queue:
+                    error = STATE_CHECKS[op]
             if error is not ErrorCode.NONE:
-                result.state, result.error, result.error_pc = CoreState.ERROR, error, pc
-                return result
-            self._execute(instr, host_rows, result)
-            result.trace.append(instr)
-            result.instructions += 1
-            if instr.op is Opcode.HALT:
-                result.state = CoreState.HALTED
-                return result
+                self.state, self.error, self.error_pc = CoreState.ERROR, error, pc
+                break
+            self.instructions += 1
+            if op is Opcode.HALT:
+                self.state = CoreState.HALTED
+                break
             pc += 1
+            if op is Opcode.READ_WEIGHTS:
+                queue.extend(memory + a + t for t in range(n))
+            elif op is Opcode.MATMUL and n:
+                if instr.flags & MatmulFlag.SWITCH:
+                    active = queue.popleft()
+                self.mxu_busy_cycles += n
+                if group is not None and group.n != n:
+                    close()
+                if group is None:
+                    group = _Products(n)
+                group.add(a, active, b, bool(instr.flags & MatmulFlag.ACCUMULATE))
+                ub_read[a:a + n] = True
+                acc_written[b:b + n] = True
+            elif op is Opcode.CONFIG:
+                param = ConfigParam(instr.flags)
+                lanes = (slice(None) if n == ALL_LANES else n) if param in PER_LANE else None
+                self.ops.append(("config", param, lanes, instr.value))
+            elif op is Opcode.READ_HOST and n:
+                if ub_read[a:a + n].any():
+                    close()
+                last = self.ops[-1] if self.ops else None
+                if last is not None and last[0] == "read_host" and last[1] + last[2] == a:
+                    self.ops[-1] = ("read_host", last[1], last[2] + n)   # one block write
+                else:
+                    self.ops.append(("read_host", a, n))
+                self.host_rows += n
+            elif op is Opcode.WRITE_HOST and n:
+                from_acc = bool(instr.flags & WriteHostFlag.FROM_ACC)
+                if from_acc and acc_written[a:a + n].any():
+                    close()
+                self.ops.append(("write_host", from_acc, a, n))
+            elif op is Opcode.ACTIVATE and n:
+                if acc_written[a:a + n].any() or ub_read[b:b + n].any():
+                    close()
+                self.ops.append(("activate", a, b, n))
+        close()
+        self.active, self.queue = active, tuple(queue)
+        self.words = tuple(model.program[start:start + self.instructions])
+        self.macs = self.mxu_busy_cycles * cfg.rows * cfg.cols
 
-    def _execute(self, instr, host_rows, result):
-        cfg = self.cfg
-        op, a, b, n = instr.op, instr.a, instr.b, instr.count
-        if op is Opcode.READ_HOST:
-            for k in range(n):
-                if not host_rows:
-                    raise RuntimeError("READ_HOST wants more host rows than were supplied")
-                row = host_rows.popleft()
-                if row.shape != (cfg.ub_lanes,):
-                    raise ValueError(f"a host row has {cfg.ub_lanes} lanes, not {row.shape}")
-                self.ub.write(a + k, row)
-        elif op is Opcode.WRITE_HOST:
-            source = self.acc if instr.flags & WriteHostFlag.FROM_ACC else self.ub
-            for k in range(n):
-                result.host_out.append(source.read(a + k))
-        elif op is Opcode.READ_WEIGHTS:
-            for t in range(n):
-                self.tiles.append(self.weights[a + t].copy())
-        elif op is Opcode.MATMUL:
-            if n and instr.flags & MatmulFlag.SWITCH:
-                self.active = self.tiles.popleft()
-            accumulate = bool(instr.flags & MatmulFlag.ACCUMULATE)
-            for k in range(n):
-                x = self.ub.read(a + k)[:cfg.rows]
-                self.acc.write(b + k, x @ self.active, accumulate)
-            result.mxu_busy_cycles += n
-            result.macs += n * cfg.rows * cfg.cols
-        elif op is Opcode.ACTIVATE:
-            params = self.activation_params()
-            mask = np.arange(cfg.ub_lanes) < cfg.cols
-            for k in range(n):
-                row = np.zeros(cfg.ub_lanes, dtype=np.int64)
-                row[:cfg.cols] = requantize(self.acc.read(a + k), params)
-                self.ub.write(b + k, row, mask)
-        elif op is Opcode.CONFIG:
-            param, value = ConfigParam(instr.flags), instr.value
-            if param in PER_LANE:
-                lanes = slice(None) if instr.count == ALL_LANES else instr.count
-                self.params[param][lanes] = value
-            else:
-                self.params[param] = value
+    def result(self):
+        """A new :class:`RunResult` with this walk's outcome and counters."""
+        return RunResult(state=self.state, error=self.error, error_pc=self.error_pc,
+                         instructions=self.instructions, mxu_busy_cycles=self.mxu_busy_cycles,
+                         macs=self.macs)
 
 
 def estimate_cycles(cfg, program, limit=10_000_000):
     """The cycles of ``program`` (instructions) run alone on a core just out of reset,
-    by the cycle model, with zero data; ``limit + 1`` if it would run longer."""
+    by the cycle model; ``limit + 1`` if it would run longer."""
+    return _estimate(cfg, tuple(i.word for i in program), limit)
+
+
+@functools.lru_cache(maxsize=4096)
+def _estimate(cfg, words, limit):
     from ..device import CycleBudgetError
     model = CoreModel(cfg)
-    model.load_program(program)
-    rows = sum(i.count for i in program if i.op is Opcode.READ_HOST)
+    model.load_program(words)
+    rows = sum(i.count for i in map(Instruction.decode, words) if i.op is Opcode.READ_HOST)
     try:
-        return model.run(0, host_in=np.zeros((rows, cfg.ub_lanes), np.int64),
-                         max_cycles=limit + 1).cycles
+        return model.time(0, host_rows=rows, max_cycles=limit + 1).cycles
     except CycleBudgetError:
         return limit + 1

@@ -39,7 +39,8 @@ What each block contributes (see the RTL for the reasons):
   as a MATMUL is under way, even while its rows wait on a hazard).
 """
 
-from collections import deque
+import functools
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from ..hw.accumulators import add_spacing
@@ -48,9 +49,21 @@ from ..hw.matmul_feed import feed_slots
 from ..hw.read_ports import host_answer_slots
 from ..hw.matrix_unit import matrix_unit_latency
 from ..hw.sequencer import fetch_fill_cycles
-from ..isa import DMA_HAZARDS, DMAKind, MatmulFlag, Opcode, WriteHostFlag, dma_kind
+from ..isa import (DMA_HAZARDS, DMAKind, Instruction, MatmulFlag, Opcode, WriteHostFlag,
+                   dma_kind)
 
-__all__ = ["CoreTiming", "Timing", "WorkUnderWay", "may_go"]
+__all__ = ["CoreTiming", "Timing", "WorkUnderWay", "may_go", "RUNS_REMEMBERED"]
+
+#: How many runs' timings :meth:`CoreTiming.run` remembers (the least recently used go).
+RUNS_REMEMBERED = 4096
+_runs = OrderedDict()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _timing_word(word):
+    """What of an instruction word the timing depends on: all of it, but for a CONFIG's
+    parameter, lane and value."""
+    return Opcode.CONFIG.value if Instruction.decode(word).op is Opcode.CONFIG else word
 
 
 class Timing(dict):
@@ -149,6 +162,13 @@ class CoreTiming:
         # host DMA engine
         self.dma_busy, self.dma_kind, self.dma_base, self.dma_count = False, DMAKind.READ_HOST, 0, 0
         self.dma_requested = self.dma_answered = 0
+        # the state's attributes, and the type of each that is a sequence (see state())
+        if not hasattr(self, "_kinds"):
+            names = sorted(name for name in vars(self) if name != "cfg")
+            self._kinds = [(name, type(getattr(self, name))
+                            if isinstance(getattr(self, name), (list, deque)) else None)
+                           for name in names]
+            self._names = names
 
     # --- one clock ----------------------------------------------------------------------
 
@@ -320,6 +340,17 @@ class CoreTiming:
             self.dma_requested = self.dma_answered = 0
         return done
 
+    def state(self):
+        """Everything that decides what the core does next, as a hashable value."""
+        return tuple(tuple(value) if kind is not None else value
+                     for value, (_, kind) in zip(map(self.__dict__.__getitem__, self._names),
+                                                 self._kinds))
+
+    def restore(self, state):
+        """Go back to a :meth:`state`."""
+        for (name, kind), value in zip(self._kinds, state):
+            setattr(self, name, kind(value) if kind is not None else value)
+
     def settle(self, limit=100_000):
         """Idle (no instruction running) until nothing moves."""
         for _ in range(limit):
@@ -331,13 +362,42 @@ class CoreTiming:
 
     # --- a run --------------------------------------------------------------------------
 
-    def run(self, trace, *, error=False, host_rows=0, max_cycles=10_000_000):
-        """Time a run that executed ``trace`` (the :class:`~tpuer.isa.Instruction` s the
-        ISA model retired, a final HALT included) and then, if ``error``, stopped at a bad
+    def run(self, trace, *, error=False, host_rows=0, max_cycles=10_000_000, recorder=None):
+        """Time a run that executed ``trace`` (the words of the instructions the ISA model
+        retired, a final HALT included) and then, if ``error``, stopped at a bad
         instruction. ``host_rows`` rows are offered for READ_HOST. Returns :class:`Timing`;
         raises :class:`~tpuer.device.CycleBudgetError` once the run passes ``max_cycles``.
-        """
+        ``recorder`` (:class:`~tpuer.sim.trace.Recorder`) is told every cycle.
+
+        The timing of a run depends on nothing but the state it starts from and these
+        arguments, so a run seen before is not stepped again: its counters and the state
+        it ends in are remembered (:data:`RUNS_REMEMBERED` of them), which is what makes
+        the golden back end fast on the driver's repeated programs."""
+        if recorder is not None:
+            return self._step_run(trace, error, host_rows, max_cycles, recorder)
+        start = self.state()
+        key = (self.cfg, start, tuple(map(_timing_word, trace)), error, host_rows)
+        known = _runs.get(key)
+        if known is None:
+            counters = self._step_run(trace, error, host_rows, max_cycles, None)
+            known = _runs[key] = (Timing(counters), self.state())
+            if len(_runs) > RUNS_REMEMBERED:
+                del _runs[next(iter(_runs))]
+        else:
+            _runs.move_to_end(key)
+        counters, end = known
+        if counters["cycles"] > max_cycles:
+            from ..device import CycleBudgetError
+            raise CycleBudgetError(f"the program ran past its cycle budget of "
+                                   f"{max_cycles:,} cycles (max_cycles)")
+        if end != start:
+            self.restore(end)
+        return Timing(counters)
+
+    def _step_run(self, trace, error, host_rows, max_cycles, recorder):
+        """:meth:`run`, one clock after another."""
         cfg = self.cfg
+        trace = [Instruction.decode(word) for word in trace]
         self._step({}, 0)                     # the cycle in which the host starts the core
         counters = Timing(cycles=0, mxu_busy_cycles=0, weight_stall_cycles=0, instructions=0)
         index, step, draining = 0, 0, False

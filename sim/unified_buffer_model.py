@@ -31,3 +31,19 @@ class UnifiedBufferModel:
         if self.in_range(addr):
             return self.rows[addr].copy()
         return np.zeros(self.cfg.ub_lanes, dtype=np.int64)
+
+    def write_block(self, addr, rows, mask=None):
+        """:meth:`write` of consecutive int64 rows from ``addr``, all inside the buffer,
+        whose values the caller has checked."""
+        cfg = self.cfg
+        window = self.rows[addr:addr + len(rows)]
+        if len(window) != len(rows):
+            raise IndexError(f"UB rows {addr}..{addr + len(rows) - 1} outside {cfg.ub_depth}")
+        if mask is None:
+            window[:] = rows
+        else:
+            window[:, mask] = rows[:, mask]
+
+    def read_block(self, addr, count):
+        """Rows ``addr ... addr + count - 1``, all inside the buffer (a copy)."""
+        return self.rows[addr:addr + count].copy()

@@ -30,7 +30,7 @@ from . import isa
 from .isa import ALL_LANES, ConfigParam
 from .quantize import QuantizedModel
 
-__all__ = ["CompileError", "Segment", "Plan", "compile_model"]
+__all__ = ["CompileError", "Segment", "Plan", "compile_model", "compiled", "segment_program"]
 
 
 class CompileError(ValueError):
@@ -50,6 +50,7 @@ class Segment:
     block: int = 0                      # input rows per program
     weights: np.ndarray = None          # (tiles, rows, cols), in the order of use
     program_length: int = 0
+    programs: dict = field(default_factory=dict, repr=False)   # by block size
 
 
 @dataclass
@@ -79,15 +80,20 @@ def _is_last_part(cfg, model, segment):
     return segment.k_tiles is None or segment.k_tiles[1] == _tiles(layer.k, cfg.rows)
 
 
-def _weight_tiles(cfg, layer, segment):
-    """The weight tiles of ``layer`` in ``segment``, in the order of use."""
-    k0, k1, j0, j1 = _layer_tiles(cfg, layer, segment)
-    w = np.zeros((_tiles(layer.k, cfg.rows) * cfg.rows, _tiles(layer.n, cfg.cols) * cfg.cols),
-                 np.int64)
+def _tiled(cfg, layer):
+    """``layer``'s weights zero-padded to whole tiles, as an array of tiles indexed
+    [output tile, input tile] (a view: no copy per tile)."""
+    kt, nt = _tiles(layer.k, cfg.rows), _tiles(layer.n, cfg.cols)
+    w = np.zeros((kt * cfg.rows, nt * cfg.cols), np.int64)
     w[:layer.k, :layer.n] = layer.weights
-    tiles = [w[i * cfg.rows:(i + 1) * cfg.rows, j * cfg.cols:(j + 1) * cfg.cols]
-             for j in range(j0, j1) for i in range(k0, k1)]
-    return np.array(tiles, dtype=np.int64).reshape(-1, cfg.rows, cfg.cols)
+    return w.reshape(kt, cfg.rows, nt, cfg.cols).transpose(2, 0, 1, 3)
+
+
+def _weight_tiles(cfg, tiled, layer, segment):
+    """The weight tiles of ``layer`` (``tiled``: its :func:`_tiled`) in ``segment``, in
+    the order of use."""
+    k0, k1, j0, j1 = _layer_tiles(cfg, layer, segment)
+    return tiled[j0:j1, k0:k1].reshape(-1, cfg.rows, cfg.cols)
 
 
 def _config_lanes(cfg, param, values, state, program):
@@ -195,7 +201,6 @@ def _fits(cfg, model, segment):
                 f"{cfg.program_depth} (Config.program_depth)")
     segment.block = block
     segment.program_length = length
-    segment.weights = np.concatenate([_weight_tiles(cfg, layer, segment) for layer in layers])
     return None
 
 
@@ -231,7 +236,33 @@ def compile_model(cfg, model, *, chain=True):
         plan.units.extend(_split(cfg, model, index, problem))
         current = None
     plan.segments = [segment for unit in plan.units for segment in unit]
+    tiled = {}
+    for segment in plan.segments:
+        for index in segment.layers:
+            if index not in tiled:
+                tiled[index] = _tiled(cfg, model.layers[index])
+        segment.weights = np.concatenate([
+            _weight_tiles(cfg, tiled[index], model.layers[index], segment)
+            for index in segment.layers])
     return plan
+
+
+def compiled(cfg, model):
+    """:func:`compile_model` of ``model`` for ``cfg``, made once and kept in the model
+    (:attr:`~tpuer.quantize.QuantizedModel.plans`) for every later call."""
+    plan = model.plans.get(cfg)
+    if plan is None:
+        plan = model.plans[cfg] = compile_model(cfg, model)
+    return plan
+
+
+def segment_program(plan, segment, size):
+    """The program of a block of ``size`` rows of ``segment``, made once."""
+    program = segment.programs.get(size)
+    if program is None:
+        program = segment.programs[size] = _segment_program(plan.cfg, plan.model, segment,
+                                                            size)
+    return program
 
 
 def _split(cfg, model, index, problem):
@@ -288,7 +319,7 @@ def segment_templates(plan, segment, items):
     """The distinct programs of ``segment`` for ``items`` input rows, as (how many times
     it runs, program): every block is full but maybe the last."""
     sizes = [size for _start, size in _segment_blocks(segment, items)]
-    return [(sizes.count(size), _segment_program(plan.cfg, plan.model, segment, size))
+    return [(sizes.count(size), segment_program(plan, segment, size))
             for size in sorted(set(sizes), reverse=True)]
 
 
@@ -305,9 +336,10 @@ def segment_steps(plan, segment, rows):
         part = rows[start:start + size, k0 * cfg.rows:min(first.k, k1 * cfg.rows)]
         block[:, :part.shape[1]] = part
         host_in = np.zeros((kt * size, cfg.ub_lanes), np.int64)
-        for i in range(kt):
-            host_in[i * size:(i + 1) * size, :cfg.rows] = block[:, i * cfg.rows:(i + 1) * cfg.rows]
-        yield Step(_segment_program(cfg, model, segment, size), segment.weights, host_in,
+        # input tile i of item r is host row i * size + r
+        host_in[:, :cfg.rows] = block.reshape(size, kt, cfg.rows).transpose(1, 0, 2).reshape(
+            kt * size, cfg.rows)
+        yield Step(segment_program(plan, segment, size), segment.weights, host_in,
                    outputs=[(start, size)])
 
 
@@ -321,7 +353,7 @@ def segment_outputs(plan, segment, steps, host_rows):
     out = np.zeros((items, (j1 - j0) * cfg.cols), np.int64)
     for step, rows in zip(steps, host_rows):
         start, count = step.outputs[0]
-        rows = np.array([np.resize(np.asarray(r)[:cfg.cols], cfg.cols) for r in rows])
+        rows = np.asarray(rows)[:, :cfg.cols]
         if len(rows) != count * (j1 - j0):
             raise RuntimeError(f"a program sent {len(rows)} rows, expected {count * (j1 - j0)}")
         for j in range(j1 - j0):

@@ -242,8 +242,7 @@ class Device:
         called with (programs done, programs in all) after each program, ``True`` or
         ``False`` for a progress bar on standard error or none, or ``None`` (a bar on a
         terminal for long work). ``max_cycles``: the cycle budget (see :class:`Device`)."""
-        from .compiler import (compile_model, segment_outputs, segment_steps,
-                               segment_templates)
+        from .compiler import compiled, segment_outputs, segment_steps, segment_templates
         from .quantize import QuantizedModel
         from .tflite_model import TFLiteModel
         if isinstance(model, TFLiteModel):
@@ -254,7 +253,7 @@ class Device:
                             f"{type(model).__name__}")
         model.check_input(x)
         budget = self._budget(max_cycles)
-        plan = compile_model(self.config, model)
+        plan = compiled(self.config, model)
         batch = len(x)
         templates = [template for seg in plan.segments
                      for template in segment_templates(plan, seg,

@@ -16,6 +16,7 @@ A ``count`` of zero makes an instruction do nothing. Every instruction takes one
 row it moves (at least one cycle) when it does not wait.
 """
 
+import functools
 import numbers
 from dataclasses import dataclass
 
@@ -318,6 +319,11 @@ class Instruction:
                 raise ValueError(f"instruction field {name} must fit {width} bits, not {value}")
 
     def encode(self):
+        return self.word
+
+    @functools.cached_property
+    def word(self):
+        """The 64-bit word (:meth:`encode`), computed once."""
         word = 0
         for name, (offset, _width) in _FIELDS.items():
             word |= int(getattr(self, name)) << offset
@@ -328,10 +334,11 @@ class Instruction:
         word = int(word)
         if not 0 <= word < (1 << INSTRUCTION_BITS):
             raise ValueError(f"an instruction word has {INSTRUCTION_BITS} bits, not {word:#x}")
-        return cls(**{name: (word >> offset) & ((1 << width) - 1)
-                      for name, (offset, width) in _FIELDS.items()})
+        if cls is not Instruction:
+            return cls(**_fields_of(word))
+        return _decode(word)
 
-    @property
+    @functools.cached_property
     def op(self):
         """The :class:`Opcode`, or ``None`` for an undefined one."""
         try:
@@ -351,40 +358,64 @@ class Instruction:
         return f"{name} a={self.a} b={self.b} count={self.count} flags={self.flags:#x}"
 
 
+# Programs repeat the same few words thousands of times: an instruction is immutable, so
+# one object per word serves every decode and every constructor call below.
+_CODEC_CACHE = 1 << 16
+
+
+def _fields_of(word):
+    return {name: (word >> offset) & ((1 << width) - 1)
+            for name, (offset, width) in _FIELDS.items()}
+
+
+@functools.lru_cache(maxsize=_CODEC_CACHE)
+def _decode(word):
+    return Instruction(**_fields_of(word))
+
+
+@functools.lru_cache(maxsize=_CODEC_CACHE, typed=True)
 def nop():
     return Instruction(Opcode.NOP.value)
 
 
+@functools.lru_cache(maxsize=_CODEC_CACHE, typed=True)
 def halt():
     return Instruction(Opcode.HALT.value)
 
 
+@functools.lru_cache(maxsize=_CODEC_CACHE, typed=True)
 def sync():
     return Instruction(Opcode.SYNC.value)
 
 
+@functools.lru_cache(maxsize=_CODEC_CACHE, typed=True)
 def read_host(ub_addr, rows):
     return Instruction(Opcode.READ_HOST.value, a=ub_addr, count=rows)
 
 
+@functools.lru_cache(maxsize=_CODEC_CACHE, typed=True)
 def write_host(addr, rows, *, from_acc=False):
     return Instruction(Opcode.WRITE_HOST.value, a=addr, count=rows,
                        flags=int(WriteHostFlag.FROM_ACC) if from_acc else 0)
 
 
+@functools.lru_cache(maxsize=_CODEC_CACHE, typed=True)
 def read_weights(tile, tiles=1):
     return Instruction(Opcode.READ_WEIGHTS.value, a=tile, count=tiles)
 
 
+@functools.lru_cache(maxsize=_CODEC_CACHE, typed=True)
 def matmul(ub_addr, acc_addr, rows, *, accumulate=False, switch=True):
     flags = (MatmulFlag.ACCUMULATE if accumulate else 0) | (MatmulFlag.SWITCH if switch else 0)
     return Instruction(Opcode.MATMUL.value, a=ub_addr, b=acc_addr, count=rows, flags=int(flags))
 
 
+@functools.lru_cache(maxsize=_CODEC_CACHE, typed=True)
 def activate(acc_addr, ub_addr, rows):
     return Instruction(Opcode.ACTIVATE.value, a=acc_addr, b=ub_addr, count=rows)
 
 
+@functools.lru_cache(maxsize=_CODEC_CACHE, typed=True)
 def config(param, value, lane=ALL_LANES):
     """CONFIG: set activation parameter ``param`` (:class:`ConfigParam`) of ``lane`` to
     ``value``, a 32-bit number (signed or unsigned); the sequencer checks its range."""

@@ -156,6 +156,9 @@ class QuantizedModel:
     input_zero_point: int
     output_scale: float = field(init=False)
     output_zero_point: int = field(init=False)
+    #: Its compiled plans by configuration (:func:`tpuer.compiler.compiled`): a model is
+    #: compiled once per configuration, so its layers are not to be changed afterwards.
+    plans: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self):
         self.output_scale = self.layers[-1].output_scale

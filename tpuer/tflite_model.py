@@ -587,6 +587,8 @@ class TFLiteModel:
         for index, name, inputs, outputs, options in operations:
             self.operations.append(SUPPORTED_OPERATORS[name](self, index, name, inputs,
                                                              outputs, options))
+        self._runs = None
+        self._run_models = {}      # the QuantizedModel of each run on the TPU, made once
 
     def constant(self, index):
         """The value of constant tensor ``index``, in its shape."""
@@ -621,6 +623,11 @@ class TFLiteModel:
         FULLY_CONNECTED operators with a :attr:`~_MatrixOperation.layer` each, each taking
         the one before's output, which nothing else reads (it stays in the Unified
         Buffer); every other operator a run of its own."""
+        if self._runs is None:
+            self._runs = self._find_runs()
+        return self._runs
+
+    def _find_runs(self):
         readers = {}
         for operation in self.operations:
             for tensor in operation.inputs:
@@ -651,9 +658,12 @@ class TFLiteModel:
                 rows, shape = first.rows(values[first.inputs[0]])
                 if len(run) > 1:
                     shape = (-1, last.layer.n)
-                model = QuantizedModel([op.layer for op in run], input_shape=(first.layer.k,),
-                                       input_scale=first.layer.input_scale,
-                                       input_zero_point=first.layer.input_zero_point)
+                model = self._run_models.get(first.index)
+                if model is None:
+                    model = self._run_models[first.index] = QuantizedModel(
+                        [op.layer for op in run], input_shape=(first.layer.k,),
+                        input_scale=first.layer.input_scale,
+                        input_zero_point=first.layer.input_zero_point)
                 values[last.outputs[0]] = np.asarray(layers(run, model, rows)).reshape(shape)
             if after is not None:
                 after(last, values[last.outputs[0]])
