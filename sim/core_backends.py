@@ -6,31 +6,44 @@ import pickle
 import tempfile
 from pathlib import Path
 
+from ..protocol import run_bytes
 from .isa_model import CoreModel
 
-__all__ = ["BACKENDS", "make_backend"]
+__all__ = ["BACKENDS", "TRACING_BACKENDS", "make_backend"]
 
 BACKENDS = ("golden", "pysim", "verilator", "icarus", "serial")
+#: The back ends that record a cycle trace (``Device(trace=True)``).
+TRACING_BACKENDS = ("golden",)
 
 
 class GoldenBackend:
     """The ISA-level model, timed by the cycle model: the same results and counters as
     the RTL back ends. Like them, it starts every call from a core just out of reset and
-    runs the call's steps one after another, yielding (step, run) as each ends."""
+    runs the call's steps one after another, yielding (step, run) as each ends; with
+    ``trace`` (a :class:`~tpuer.sim.trace.Trace`) it records every cycle of every run."""
 
     name = "golden"
 
     def __init__(self, cfg):
         self.cfg = cfg
 
-    def run(self, steps, *, max_cycles):
+    def run(self, steps, *, max_cycles, trace=None):
         from ..tb.core_tb import CoreRun
+        from .trace import Recorder
         model = CoreModel(self.cfg)
         used = 0
         for step in steps:
             model.load_weights(0, step.weights)
             model.load_program(step.program)
-            result = model.run(0, host_in=step.host_in, max_cycles=max_cycles - used)
+            recorder = Recorder() if trace is not None else None
+            result = model.run(0, host_in=step.host_in, max_cycles=max_cycles - used,
+                               recorder=recorder)
+            if trace is not None:
+                trace.add_run(recorder.finish(), model.program[:result.instructions],
+                              useful_macs=getattr(step, "useful_macs", None),
+                              host_bytes=run_bytes(self.cfg, len(step.program),
+                                                   len(step.weights), len(step.host_in),
+                                                   len(result.host_out)))
             used += result.cycles
             yield step, CoreRun(state=result.state, error=result.error,
                                 error_pc=result.error_pc, host_out=result.host_out,

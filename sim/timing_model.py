@@ -49,6 +49,7 @@ from ..hw.matmul_feed import feed_slots
 from ..hw.read_ports import host_answer_slots
 from ..hw.matrix_unit import matrix_unit_latency
 from ..hw.sequencer import fetch_fill_cycles
+from .trace import Activity, StallCause
 from ..isa import (DMA_HAZARDS, DMAKind, Instruction, MatmulFlag, Opcode, WriteHostFlag,
                    dma_kind)
 
@@ -282,6 +283,9 @@ class CoreTiming:
                 if dma_answered == self.dma_count:
                     dma_busy = False
         done["host_rows"] = host_taken
+        done["host_out"] = server_take
+        done["loading"] = loading
+        done["spacing"] = head is not None and not offered
 
         # --- registers --------------------------------------------------------------
         if advance:
@@ -299,6 +303,7 @@ class CoreTiming:
 
         result = self.pipe[-1]
         committing = self.committing[-1]
+        done["commit"] = committing is not None
         self.committing = [result] + self.committing[:-1]
         self.pipe = [head[1] if accepted else None] + self.pipe[:-1]
         self.entered = [head[2] if accepted else None] + self.entered[:-1]
@@ -403,8 +408,13 @@ class CoreTiming:
         index, step, draining = 0, 0, False
         rows_left = host_rows
         for _ in range(fetch_fill_cycles(self.cfg)):   # the sequencer fills its fetch stage
-            rows_left -= self._step({}, rows_left)["host_rows"]
+            reader_busy = self._status()[2]
+            done = self._step({}, rows_left)
+            rows_left -= done["host_rows"]
             counters["cycles"] += 1
+            if recorder is not None:
+                recorder.cycle(self._activity(done, None, False, reader_busy, False,
+                                              StallCause.FETCH))
         while True:
             if counters["cycles"] >= max_cycles:
                 from ..device import CycleBudgetError
@@ -448,6 +458,10 @@ class CoreTiming:
                 elif op is Opcode.ACTIVATE:
                     if free:
                         command["activate_request"] = (a, b, n)
+            if recorder is not None:
+                held = None if draining or index == len(trace) else index
+                before = (self.dma_busy, self.dma_kind,
+                          bool(self.feed) or any(r is not None for r in self.reading))
             done = self._step(command, rows_left)
             rows_left -= done["host_rows"]
             counters["cycles"] += 1
@@ -463,7 +477,66 @@ class CoreTiming:
             if retire:
                 index, step = index + 1, 0
                 counters["instructions"] += 1
+            if recorder is not None:
+                recorder.cycle(self._activity(
+                    done, held, retire or halted, reader_busy, activate_busy,
+                    None if done["vector"] else self._idle_cause(
+                        done, None if held is None else trace[held], retire, command, before)))
             if finished:
                 break
         self.settle()
         return counters
+
+    def _activity(self, done, index, retired, reader_busy, activate_busy, cause):
+        """The :class:`~tpuer.sim.trace.Activity` of the cycle just stepped (``index``:
+        of the instruction the sequencer held, in the run's trace)."""
+        return Activity(index, retired, done["vector"], done["weight_stall"],
+                        self.fifo_inner + int(self.fifo_out), reader_busy, done["loading"],
+                        done["commit"], activate_busy, done["host_rows"], done["host_out"],
+                        cause)
+
+    @staticmethod
+    def _idle_cause(done, instr, retired, command, before):
+        """Why no vector entered the matrix unit in the cycle just stepped
+        (:class:`~tpuer.sim.trace.StallCause`), the first that holds of:
+
+        * a vector waits for its weight tile (weight tile), or to add to a row still being
+          written (accumulator spacing); a MATMUL's rows are on their way from the Unified
+          Buffer (start-up);
+        * the sequencer holds no instruction or HALT (drain);
+        * it holds another instruction than a MATMUL: one that retires in this cycle
+          (sequencer), else what that one waits for: READ_HOST the host's rows (host
+          input), WRITE_HOST the host taking rows (result path), READ_WEIGHTS the weight
+          reader (weight tile), ACTIVATE and CONFIG an activation (hazard), SYNC everything
+          (sequencer);
+        * it holds a MATMUL that may not go on while a host transfer moves rows into its
+          UB rows (host input) or out of its accumulator rows (result path), or while the
+          feed queue is full (result path), or for an activation (hazard).
+
+        ``before``: the DMA engine's busy flag and kind, and whether rows were on their way
+        to the matrix unit, at the start of the cycle."""
+        dma_busy, dma_kind, in_flight = before
+        if done["weight_stall"]:
+            return StallCause.WEIGHT_TILE
+        if done["spacing"]:
+            return StallCause.ACC_SPACING
+        if in_flight or done["matmul"]:
+            return StallCause.START_UP
+        op = None if instr is None else instr.op
+        if op is None or op is Opcode.HALT:
+            return StallCause.DRAIN
+        if op is not Opcode.MATMUL:
+            return StallCause.SEQUENCER if retired else _WAITS_FOR.get(op, StallCause.SEQUENCER)
+        if "matmul" in command:
+            return StallCause.RESULT_PATH        # offered, but the feed queue is full
+        if dma_busy and dma_kind is DMAKind.READ_HOST:
+            return StallCause.HOST_INPUT
+        if dma_busy and dma_kind is DMAKind.WRITE_ACC:
+            return StallCause.RESULT_PATH
+        return StallCause.HAZARD
+
+
+#: What an instruction other than MATMUL that the sequencer holds waits for.
+_WAITS_FOR = {Opcode.READ_HOST: StallCause.HOST_INPUT, Opcode.WRITE_HOST: StallCause.RESULT_PATH,
+              Opcode.READ_WEIGHTS: StallCause.WEIGHT_TILE, Opcode.ACTIVATE: StallCause.HAZARD,
+              Opcode.CONFIG: StallCause.HAZARD}

@@ -246,6 +246,31 @@ def _cmd_run_model(parser, args):
     return 0
 
 
+def _cmd_profile(parser, args):
+    from .profile import run_profile
+    cfg = config_from_args(parser, args)
+    board = None
+    if args.board:
+        from .fpga.boards import board as find_board
+        board = find_board(args.board)
+        cfg = board.config if not args.keep_config else cfg
+    window = None
+    if args.window:
+        try:
+            first, end = (int(part) for part in args.window.split(":"))
+        except ValueError:
+            raise ValueError(f"--window takes FIRST:END cycles, not {args.window!r}") from None
+        if not 0 <= first < end:
+            raise ValueError(f"--window FIRST:END needs 0 <= FIRST < END, not {args.window}")
+        window = (first, end)
+    if args.batch < 1:
+        raise ValueError(f"--batch must be at least 1, not {args.batch}")
+    run_profile(args.target, cfg, out_dir=args.output, input_path=args.input,
+                weights_path=args.weights, batch=args.batch, window=window, board=board,
+                load_array=_load_array, load_program=_load_program)
+    return 0
+
+
 def _cmd_build(parser, args):
     from .fpga.boards import BOARDS
     from .fpga.build import BuildError, BuildOptionError, build_board
@@ -376,6 +401,32 @@ def build_parser():
     run_model.add_argument("-o", "--output", help=".npy for the output (default: print it)")
     add_backend_argument(run_model)
     run_model.set_defaults(run=_cmd_run_model)
+
+    profile = commands.add_parser(
+        "profile", help="where every cycle goes: a cycle trace (for Perfetto), a timeline, a "
+                        "roofline and a table per operator, layer or program",
+        description="Runs TARGET on the golden back end (the cycle model, whose counters "
+                    "equal the RTL's) with a cycle trace: a .tflite model (--input x.npy, "
+                    "or random input), a program (.s or .bin, with --weights and --input), "
+                    "a matrix product MxKxN of random int8 matrices, or a demo network "
+                    "(mlp, cnn). Writes trace.json, timeline.png and roofline.png.")
+    profile.add_argument("target", help="model.tflite, prog.s, prog.bin, MxKxN, mlp or cnn")
+    profile.add_argument("--input", help=".npy input (a model's samples, a program's rows)")
+    profile.add_argument("--weights", help="a program's .npy weight tiles")
+    profile.add_argument("--batch", type=int, default=8,
+                         help="samples of random input for a model (default 8)")
+    profile.add_argument("--window", help="cycles FIRST:END of the timeline (default: 400 "
+                                          "cycles from the start of the longest row)")
+    profile.add_argument("--board", help="a board: its TPU's configuration and its UART's "
+                                          "roof on the roofline")
+    profile.add_argument("--keep-config", action="store_true",
+                         help="with --board, the configuration of the options, not the "
+                              "board's")
+    profile.add_argument("-o", "--output", default="build/profile",
+                         help="folder of the trace and the pictures (default build/profile)")
+    from .demo import DEMO_CONFIG
+    add_config_arguments(profile, DEMO_CONFIG)
+    profile.set_defaults(run=_cmd_profile)
 
     build = commands.add_parser(
         "build", help="a bitstream for a board, with the open toolchain from PyPI, and its "

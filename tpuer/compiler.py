@@ -340,7 +340,19 @@ def segment_steps(plan, segment, rows):
         host_in[:, :cfg.rows] = block.reshape(size, kt, cfg.rows).transpose(1, 0, 2).reshape(
             kt * size, cfg.rows)
         yield Step(segment_program(plan, segment, size), segment.weights, host_in,
-                   outputs=[(start, size)])
+                   outputs=[(start, size)], useful_macs=size * segment_macs(plan, segment))
+
+
+def segment_macs(plan, segment):
+    """The useful multiply-accumulates of ``segment`` per input row (its layers' parts,
+    without padding)."""
+    cfg, total = plan.cfg, 0
+    for index in segment.layers:
+        layer = plan.model.layers[index]
+        k0, k1, j0, j1 = _layer_tiles(cfg, layer, segment)
+        total += ((min(layer.k, k1 * cfg.rows) - k0 * cfg.rows) *
+                  (min(layer.n, j1 * cfg.cols) - j0 * cfg.cols))
+    return total
 
 
 def segment_outputs(plan, segment, steps, host_rows):

@@ -1,5 +1,7 @@
 """``tpuer.Device``: the public API of a TPU, whatever runs it."""
 
+import contextlib
+import functools
 import sys
 from dataclasses import dataclass
 
@@ -86,6 +88,28 @@ def _add_counters(totals, counts):
         totals[name] = None if value is None or totals[name] is None else totals[name] + value
 
 
+def _traced(call):
+    """A :class:`Device` call that records its trace when the device traces."""
+    @functools.wraps(call)
+    def traced(self, *args, **kwargs):
+        with self._traced_call():
+            return call(self, *args, **kwargs)
+    return traced
+
+
+def _unit_name(model, unit):
+    """How a trace names a unit of a compiled plan: its layers (a chain of them, or one
+    layer's part)."""
+    seg = unit[-1]
+    if len(seg.layers) > 1:
+        return f"layers {seg.layers[0]}-{seg.layers[-1]}"
+    layer = model.layers[seg.layers[0]]
+    name = f"layer {seg.layers[0]} {layer.kind} {layer.k}x{layer.n}"
+    if seg.n_tiles is not None:
+        name += f", output tiles {seg.n_tiles[0]}-{seg.n_tiles[1] - 1}"
+    return name
+
+
 class _Reporter:
     """Progress told to a function of the programs done, or to no one."""
 
@@ -124,20 +148,63 @@ class Device:
     After each call, :attr:`stats` holds ``cycles``, ``mxu_busy_cycles``,
     ``weight_stall_cycles``, ``macs`` (useful multiply-accumulates), ``instructions`` and
     ``programs`` of that call.
+
+    **Cycle trace.** With ``trace=True``, :attr:`trace` holds after each call its
+    :class:`~tpuer.sim.trace.Trace`: every unit's work cycle by cycle, why the matrix unit
+    was idle, the programs and the model's layers or operators around them
+    (``device.trace.save("call.json")`` writes a file Perfetto's UI opens; see
+    ``docs/profiling.md``).
     """
 
-    def __init__(self, config=None, backend="golden", **options):
-        from .sim.core_backends import BACKENDS, make_backend
+    def __init__(self, config=None, backend="golden", *, trace=False, **options):
+        from .sim.core_backends import BACKENDS, TRACING_BACKENDS, make_backend
         config = Config() if config is None else config
         if not isinstance(config, Config):
             raise TypeError(f"config must be a tpuer.Config, not {type(config).__name__}")
         check_lane_width(config)
         if not isinstance(backend, str) or backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if not isinstance(trace, (bool, np.bool_)):
+            raise TypeError(f"trace must be True or False, not {trace!r}")
+        if trace and backend not in TRACING_BACKENDS:
+            raise ValueError(f"the {backend} back end gives no cycle trace yet; trace with "
+                             f"{' or '.join(TRACING_BACKENDS)}")
         self.config = config
         self.backend = backend
         self._backend = make_backend(backend, config, **options)
         self.stats = {}
+        self.tracing = bool(trace)
+        #: the :class:`~tpuer.sim.trace.Trace` of the last call (with ``trace=True``)
+        self.trace = None
+        self._trace = None           # the trace of the call under way
+
+    # --- traces --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _traced_call(self):
+        """Around a call: a new trace for it, unless it is part of a call under way."""
+        if not self.tracing or self._trace is not None:
+            yield
+            return
+        from .sim.trace import Trace
+        self._trace = Trace(self.config, self.backend)
+        try:
+            yield
+            self.trace = self._trace
+        finally:
+            self._trace = None
+
+    def _scope(self, track, name, **args):
+        """A slice of ``track`` around what runs inside, in the call's trace if any."""
+        if self._trace is None:
+            return contextlib.nullcontext()
+        return self._trace.scope(track, name, **args)
+
+    def _run_steps(self, steps, max_cycles):
+        """The back end's runs of ``steps``, recorded into the call's trace if any."""
+        if self._trace is None:
+            return self._backend.run(steps, max_cycles=max_cycles)
+        return self._backend.run(steps, max_cycles=max_cycles, trace=self._trace)
 
     # --- cycle budgets and progress ------------------------------------------------------
 
@@ -183,6 +250,7 @@ class Device:
 
     # --- calls ---------------------------------------------------------------------------
 
+    @_traced
     def run_program(self, program, *, weights=None, host_in=None, max_cycles=None):
         """Run one program (a list of :class:`~tpuer.isa.Instruction` or 64-bit words)
         from instruction 0, with ``weights`` (int8, shape (tiles, rows, cols)) loaded at
@@ -224,7 +292,7 @@ class Device:
         if self.backend != "golden":       # there the run itself is the cycle model's
             self._refuse_above(budget, [(1, program)], "this program")
         step = Step(program, weights.astype(np.int64), host_in.astype(np.int64))
-        [(_, run)] = list(self._backend.run([step], max_cycles=budget))
+        [(_, run)] = list(self._run_steps([step], budget))
         self._set_stats({"cycles": run.cycles, "mxu_busy_cycles": run.mxu_busy_cycles,
                          "weight_stall_cycles": run.weight_stall_cycles,
                          "macs": run.mxu_busy_cycles * cfg.rows * cfg.cols,
@@ -235,6 +303,7 @@ class Device:
         return ProgramResult(state=run.state, error=run.error, error_pc=run.error_pc,
                              host_out=rows.astype(np.int32))
 
+    @_traced
     def run(self, model, x, *, progress=None, max_cycles=None):
         """The int8 output of quantised ``model`` (:func:`tpuer.quantize`) for int8 input
         ``x``, computed on the TPU; equal, bit for bit, to ``model.reference(x)``.
@@ -269,19 +338,21 @@ class Device:
                 seg = unit[-1]
                 first = model.layers[seg.layers[0]]
                 rows = first.rows_of(act)
+                scope = self._scope("layers", _unit_name(model, unit), layers=seg.layers)
                 # The parts of a layer cut along K alternate block by block: the partial
                 # sums of a block stay in the accumulators until its last part.
                 parts = [segment_steps(plan, part, rows) for part in unit]
                 steps = (step for block in zip(*parts) for step in block)
                 finished, outputs = [], []
                 left = budget - (totals["cycles"] or 0)
-                for index, (step, run) in enumerate(self._backend.run(steps, max_cycles=left)):
-                    _tally(totals, run, f"a program of layers {seg.layers}")
-                    if index % len(unit) == len(unit) - 1:
-                        finished.append(step)
-                        outputs.append(run.host_out)
-                    programs += 1
-                    bar.update(programs)
+                with scope:
+                    for index, (step, run) in enumerate(self._run_steps(steps, left)):
+                        _tally(totals, run, f"a program of layers {seg.layers}")
+                        if index % len(unit) == len(unit) - 1:
+                            finished.append(step)
+                            outputs.append(run.host_out)
+                        programs += 1
+                        bar.update(programs)
                 columns = segment_outputs(plan, seg, finished, outputs)
                 last = model.layers[seg.layers[-1]]
                 pieces.append(columns)
@@ -327,15 +398,30 @@ class Device:
             return on_tpu(lambda left: self.matmul(a, b, max_cycles=left, progress=False), 1)
 
         def layers(run, quantized, rows):
+            marks["first"] = run[0].index
             result = on_tpu(lambda left: self.run(quantized, rows, max_cycles=left,
                                                   progress=False), len(run))
             self.operator_cycles[run[0].index] = self.stats["cycles"]
             return result
 
+        marks = {"cycles": 0, "first": None}
+
         def after(operation, output):
             # An operator requantised on the host made one product: the last matmul.
             if operation.on_tpu and operation.layer is None:
                 self.operator_cycles[operation.index] = self.stats["cycles"]
+            if self._trace is not None and self._trace.cycles > marks["cycles"]:
+                first = marks["first"] or operation.index
+                name = (f"op {operation.index} {operation.name}" if first == operation.index
+                        else f"ops {first}-{operation.index} {operation.name}")
+                self._trace.scopes.append(["operators", name, marks["cycles"],
+                                           self._trace.cycles,
+                                           {"operators": list(range(first, operation.index + 1)),
+                                            "MACs": sum(op.macs(model) for op in model.operations
+                                                        if first <= op.index <= operation.index)
+                                            * len(x)}])
+                marks["cycles"] = self._trace.cycles
+            marks["first"] = None
 
         try:
             result = model.run(x, matmul, layers=layers, after=after)
@@ -361,6 +447,7 @@ class Device:
             return batch * int(np.prod(layer.output_shape[:-1]))
         return batch
 
+    @_traced
     def matmul(self, a, b, *, max_cycles=None, progress=None):
         """The exact int32 product of int8 ``a`` (M, K) and int8 ``b`` (K, N).
         ``max_cycles`` and ``progress`` as for :meth:`run`. The programs are made one at a
@@ -381,7 +468,7 @@ class Device:
         programs = 0
         bar = self._progress(progress, estimate, len(plan), "tpuer matmul")
         try:
-            for step, run in self._backend.run(plan.steps(), max_cycles=budget):
+            for step, run in self._run_steps(plan.steps(), budget):
                 _tally(totals, run, f"program {programs} of the matmul")
                 plan.place(result, step, run.host_out)
                 programs += 1

@@ -28,6 +28,8 @@ class Step:
     weights: np.ndarray
     host_in: np.ndarray
     outputs: list = field(default_factory=list)   # (m0, rows, n_tile)
+    #: the products' multiply-accumulates that are not padding (for traces)
+    useful_macs: int = None
 
 
 def _tiles_of(b, cfg, k_tiles, n_tile):
@@ -203,8 +205,10 @@ class MatmulPlan:
     def steps(self):
         """The :class:`Step` s, one by one."""
         cfg, a, b = self.cfg, self.a, self.b
+        k_total, n_total = a.shape[1], b.shape[1]
         for n0, n_count in self.n_groups:
             nts = range(n0, n0 + n_count)
+            n_used = min(n_total, (n0 + n_count) * cfg.cols) - n0 * cfg.cols
             if self.overlapped:
                 weights = np.concatenate([_tiles_of(b, cfg, range(self.k_tiles), nt)
                                           for nt in nts])
@@ -214,7 +218,8 @@ class MatmulPlan:
                     host_in = np.concatenate([_input_rows(cfg, a, m0, rows, range(self.k_tiles))
                                               for m0, rows in zip(starts, sizes)])
                     outputs = [(starts[i], sizes[i], n0 + j) for i, j in order]
-                    yield Step(program, weights, host_in, outputs)
+                    yield Step(program, weights, host_in, outputs,
+                               useful_macs=sum(sizes) * k_total * n_used)
                 continue
             for m0, rows in self.m_groups:
                 for k0, k_count in self.k_groups:
@@ -222,8 +227,10 @@ class MatmulPlan:
                     last = k0 + k_count >= self.k_tiles
                     weights = np.concatenate([_tiles_of(b, cfg, kts, nt) for nt in nts])
                     program = _grouped_program(cfg, rows, k_count, n_count, k0 == 0, last)
+                    k_used = min(k_total, (k0 + k_count) * cfg.rows) - k0 * cfg.rows
                     yield Step(program, weights, _input_rows(cfg, a, m0, rows, kts),
-                               [(m0, rows, nt) for nt in nts] if last else [])
+                               [(m0, rows, nt) for nt in nts] if last else [],
+                               useful_macs=rows * k_used * n_used)
 
     def place(self, result, step, rows_out):
         """Put the rows one program returned into ``result`` (M, N tiles x cols)."""

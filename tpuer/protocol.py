@@ -42,7 +42,7 @@ from .isa import CoreState, ErrorCode, Instruction
 __all__ = ["Command", "Reply", "Memory", "HEADER_LAYOUT", "MEMORY_ADDRESS_LAYOUT", "WORD_BITS",
            "weight_row_words", "host_row_words", "encode", "decode_replies", "Status",
            "STATUS_FIELDS", "STATUS_WORDS", "STATUS_STATE_LAYOUT", "int8_lanes", "LANE_BITS",
-           "check_lane_width"]
+           "check_lane_width", "run_bytes"]
 
 WORD_BITS = 32
 HEADER_LAYOUT = data.StructLayout({"count": unsigned(24), "opcode": unsigned(8)})
@@ -108,6 +108,17 @@ def weight_row_words(cfg):
 
 def host_row_words(cfg):
     return -(-cfg.ub_lanes // 4)
+
+
+def run_bytes(cfg, instructions, weight_tiles, rows_in, rows_out):
+    """The bytes a program's run moves over the host link, both ways, in this command
+    set's words: WRITE_PROGRAM of ``instructions``, WRITE_WEIGHTS of ``weight_tiles``
+    tiles, START, DATA of ``rows_in`` rows, ``rows_out`` ROW replies, and a STATUS command
+    and its reply."""
+    words = ((2 + 2 * instructions) + (2 + weight_tiles * cfg.rows * weight_row_words(cfg)) +
+             2 + (1 + rows_in * host_row_words(cfg)) + rows_out * (1 + cfg.ub_lanes) +
+             1 + (1 + STATUS_WORDS))
+    return words * WORD_BITS // 8
 
 
 def header(opcode, count=0):
