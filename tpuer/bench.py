@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["run_speed_bench", "measure_speed"]
+__all__ = ["run_speed_bench", "measure_speed", "measure_device_speeds", "measure_compile_times"]
 
 
 def measure_speed(cfg, simulator, *, tiles=300, seed=7):
@@ -24,8 +24,86 @@ def measure_speed(cfg, simulator, *, tiles=300, seed=7):
                 "cycles": int(result["cycles"])}
 
 
+def _timed(call):
+    import time
+    started = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - started
+
+
+def _dense_model(n, seed=0):
+    """A quantised n x n dense layer of random weights."""
+    from .quantize import Dense, quantize
+    rng = np.random.default_rng(seed)
+    return quantize([Dense(rng.normal(0, 0.05, (n, n)), np.zeros(n))],
+                    rng.normal(0, 1, (16, n))), rng
+
+
+def measure_device_speeds(backends=("golden", "verilator")):
+    """Core cycles per second of whole ``Device`` calls on the 8x8 core, first and repeated
+    call: a 1024x1024 dense layer at batch 8 and the TFLite digits CNN at batch 64 on the
+    golden back end, a 256x64x64 product on each RTL back end of ``backends``; and compile
+    times of n x n dense layers. Rows of (what, back end, cycles, seconds first, seconds
+    again)."""
+    from .config import Config
+    from .demo import DIGITS_CNN_TFLITE
+    from .device import Device
+    from .tflite_model import from_tflite
+    cfg = Config()
+    rows = []
+    if "golden" in backends:
+        model, rng = _dense_model(1024)
+        x = model.quantize_input(rng.normal(0, 1, (8, 1024)))
+        device = Device(cfg)
+        _, first = _timed(lambda: device.run(model, x, progress=False))
+        _, again = _timed(lambda: device.run(model, x, progress=False))
+        rows.append(("1024x1024 dense layer, batch 8", "golden", device.stats["cycles"],
+                     first, again))
+        cnn = from_tflite(DIGITS_CNN_TFLITE)
+        x = rng.random((64, *cnn.input_shape)).astype(np.float32)
+        _, first = _timed(lambda: device.run(cnn, x, progress=False))
+        _, again = _timed(lambda: device.run(cnn, x, progress=False))
+        rows.append(("TFLite digits CNN, batch 64", "golden", device.stats["cycles"],
+                     first, again))
+    for backend in (b for b in backends if b != "golden"):
+        rng = np.random.default_rng(1)
+        a = rng.integers(-128, 128, (256, 64)).astype(np.int8)
+        b = rng.integers(-128, 128, (64, 64)).astype(np.int8)
+        device = Device(cfg, backend=backend)
+        _, first = _timed(lambda: device.matmul(a, b, progress=False))
+        _, again = _timed(lambda: device.matmul(a, b, progress=False))
+        rows.append(("256x64x64 product", backend, device.stats["cycles"], first, again))
+    return rows
+
+
+def measure_compile_times(sizes=(1024, 2048, 4096)):
+    """Seconds to compile an n x n dense layer for the 8x8 core, for each n."""
+    from .compiler import compile_model
+    from .config import Config
+    times = []
+    for n in sizes:
+        model, _ = _dense_model(n)
+        _, seconds = _timed(lambda: compile_model(Config(), model))
+        times.append((n, seconds))
+    return times
+
+
 def run_speed_bench(cfg, *, simulators=None, tiles=300):
     simulators = simulators or ["verilator", "icarus"]
+    print("Device calls on the 8x8 core: core cycles per second of wall-clock time (first "
+          "call, compile and simulator start included; the same call again)", flush=True)
+    print("| work | back end | core cycles | first call, cycles/s | again, cycles/s |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    backends = ["golden", *(s for s in simulators if s == "verilator")]
+    for what, backend, cycles, first, again in measure_device_speeds(backends):
+        print(f"| {what} | {backend} | {cycles:,} | {cycles / first:,.0f} | "
+              f"{cycles / again:,.0f} |", flush=True)
+    print()
+    print("| compile an n x n dense layer for the 8x8 core | seconds |")
+    print("| --- | ---: |")
+    for n, seconds in measure_compile_times():
+        print(f"| {n} x {n} | {seconds:.2f} |", flush=True)
+    print()
     print(f"simulator speed of the matrix unit {cfg.name}: {tiles} random tiles of "
           f"{cfg.rows}..{2 * cfg.rows} vectors through the cocotb testbench loop (streams "
           f"driven and every result checked), then free-running with no Python per cycle",

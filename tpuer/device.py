@@ -15,8 +15,9 @@ from .protocol import check_lane_width
 __all__ = ["Device", "TPUError", "CycleBudgetError", "ProgramResult", "CYCLE_BUDGETS"]
 
 #: The default cycle budget of a call on each back end: about ten minutes of its work on
-#: an 8x8 core (the golden model about 45,000 cycles/s, amaranth.sim 1,800, Verilator under
-#: cocotb 10,000, Icarus 740; a board at 100 MHz, 100 s).
+#: an 8x8 core at its slowest (the golden model 30,000 cycles/s on programs it has not seen,
+#: amaranth.sim 1,800, Verilator under cocotb 5,000 to 10,000, Icarus 740; a board at 100
+#: MHz, 100 s).
 CYCLE_BUDGETS = {"golden": 30_000_000, "pysim": 1_000_000, "verilator": 6_000_000,
                  "icarus": 500_000, "serial": 10_000_000_000}
 #: A call estimated above this many cycles shows a progress bar on a terminal.

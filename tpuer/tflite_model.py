@@ -693,20 +693,30 @@ class TFLiteModel:
         equal the RTL's), as text lines. Operators that run as one program (:meth:`runs`)
         show their cycles on the first."""
         from .device import Device
-        device = Device(cfg)
+        from .profile import bound_by, profile_rows
+        device = Device(cfg, trace=True)
         sample = np.zeros((1, *self.input_shape), np.dtype(self.input.dtype))
         device.run(self, sample, progress=False)
         cycles = device.operator_cycles
+        # which roof bounds each TPU operator (its last, for a run of them)
+        bounds = {int(row["name"].split()[1].split("-")[-1]):
+                  bound_by(cfg, row["macs"], row["host_bytes"])
+                  for row in profile_rows(device.trace)}
+        last_of = {run[0].index: run[-1].index for run in self.runs()}
         first_of = {op.index: run[0].index for run in self.runs() for op in run}
-        lines = [f"{'op':>3}  {'operator':<18} {'runs on':<8} {'MACs':>9} {'cycles':>8}"]
+        lines = [f"{'op':>3}  {'operator':<18} {'runs on':<8} {'MACs':>9} {'cycles':>8}  "
+                 f"bound by"]
         for index, name, where, macs in self.mapping():
+            bound = ""
             if index in cycles:
                 shown = f"{cycles[index]:,}"
+                bound = bounds.get(last_of.get(index, index), "")
             elif first_of[index] != index:
                 shown = f"(op {first_of[index]})"
             else:
                 shown = "-"
-            lines.append(f"{index:>3}  {name:<18} {where:<8} {macs:>9,} {shown:>8}")
+            lines.append(f"{index:>3}  {name:<18} {where:<8} {macs:>9,} {shown:>8}  "
+                         f"{bound}".rstrip())
         for op in self.operations:
             if op.on_tpu and op.layer is None:
                 lines.append(f"op {op.index}: the host requantises, as {op.host_requantisation}")
@@ -718,6 +728,9 @@ class TFLiteModel:
                      f"{self.macs_per_sample():,} MACs and {total:,} TPU cycles per "
                      f"inference on the {cfg.rows}x{cfg.cols} TPU (MXU utilisation "
                      f"{100 * utilisation:.1f}%)")
+        lines.append("bound by: the roof of the roofline (tpuer profile) that limits the "
+                     "operator: the array's peak (compute) or the host word stream's "
+                     "bandwidth (host stream)")
         return lines
 
 
