@@ -1,6 +1,6 @@
-"""Back ends that run driver steps on the core: the golden model, amaranth.sim, and the
-cocotb simulators. Each returns, per step, the rows sent to the host, the status and the
-counters."""
+"""Back ends that run driver steps on the core: the golden model, amaranth.sim, Verilator
+with its host in C++ (:mod:`tpuer.sim.verilator_driver`), and the cocotb simulators. Each
+returns, per step, the rows sent to the host, the status and the counters."""
 
 import pickle
 import tempfile
@@ -122,6 +122,11 @@ def make_backend(name, cfg, **options):
         return GoldenBackend(cfg)
     if name == "pysim":
         return PysimBackend(cfg)
+    if name == "verilator" and cfg.acc_width == 32:
+        # Verilator with its host in C++ (no Python per cycle); other accumulator widths,
+        # and Icarus, through the cocotb bench.
+        from .verilator_driver import VerilatorCoreBackend
+        return VerilatorCoreBackend(cfg)
     if name in ("verilator", "icarus"):
         return CocotbBackend(cfg, name)
     raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")

@@ -1,0 +1,156 @@
+// The host side of the TPU core, in C++, for a Verilator model of it (Vtop, the core as
+// top): loads weights and a program, runs it feeding every host row as soon as the core
+// takes it and taking every row it sends, and reads the status and counters. Python calls
+// it through ctypes (tpuer/sim/verilator_driver.py), so no Python runs per cycle.
+//
+// Each cycle is what the cocotb benches do (tpuer/tb/harness.py): drive the inputs, settle
+// and sample the outputs, then the rising clock edge. Rows travel as packed bytes, lane 0 first,
+// exactly the ports' bit layout on a little-endian machine.
+
+#include <cstdint>
+#include <cstring>
+
+#include "Vtop.h"
+#include "verilated.h"
+
+namespace {
+
+template <class Port>
+void put(Port& port, const void* source, size_t bytes) {
+    Port value{};
+    std::memcpy(&value, source, bytes);
+    port = value;
+}
+
+template <class Port>
+void take(const Port& port, void* target, size_t bytes) {
+    std::memcpy(target, &port, bytes);
+}
+
+struct Core {
+    VerilatedContext context;
+    Vtop top{&context};
+
+    // Settle the logic after the inputs changed: the clock goes low (no logic acts on
+    // its falling edge) and the model evaluates.
+    void settle() {
+        top.clk = 0;
+        top.eval();
+    }
+    // The rising edge (after settle()).
+    void edge() {
+        top.clk = 1;
+        top.eval();
+    }
+    void tick() {
+        settle();
+        edge();
+    }
+    void idle_inputs() {
+        top.control___05Fstart = 0;
+        top.control___05Fabort = 0;
+        top.program_write___05Fen = 0;
+        top.weight_write___05Fen = 0;
+        top.weight_write___05Farmed = 0;
+        top.host_in___05Fvalid = 0;
+        top.host_out___05Fready = 0;
+        top.memory_request___05Fvalid = 0;
+    }
+};
+
+}  // namespace
+
+extern "C" {
+
+// A core just out of reset (reset held for two clock edges).
+void* tpuer_core_new() {
+    Core* core = new Core;
+    core->idle_inputs();
+    core->top.rst = 1;
+    core->tick();
+    core->tick();
+    core->top.rst = 0;
+    return core;
+}
+
+void tpuer_core_free(void* handle) { delete static_cast<Core*>(handle); }
+
+// Weight memory rows from row 0: `rows` rows of `row_bytes` bytes (cols int8 lanes).
+void tpuer_core_load_weights(void* handle, const uint8_t* data, int64_t rows,
+                             int64_t row_bytes) {
+    Core& core = *static_cast<Core*>(handle);
+    for (int64_t row = 0; row < rows; ++row) {
+        core.top.weight_write___05Faddr = row;
+        put(core.top.weight_write___05Fdata, data + row * row_bytes, row_bytes);
+        core.top.weight_write___05Fen = 1;
+        core.top.weight_write___05Farmed = 1;
+        core.tick();
+    }
+    core.top.weight_write___05Fen = 0;
+    core.top.weight_write___05Farmed = 0;
+}
+
+// Instruction words from address 0.
+void tpuer_core_load_program(void* handle, const uint64_t* words, int64_t count) {
+    Core& core = *static_cast<Core*>(handle);
+    for (int64_t index = 0; index < count; ++index) {
+        core.top.program_write___05Faddr = index;
+        core.top.program_write___05Fdata = words[index];
+        core.top.program_write___05Fen = 1;
+        core.tick();
+    }
+    core.top.program_write___05Fen = 0;
+}
+
+// Rest `rest` cycles, START at `start_pc`, feed the `rows_in` host rows (`in_bytes` each),
+// take every row sent into `rows_out` (`out_bytes` each, room for `out_rows`), until the
+// core stops running. `status` gets state, error, error_pc, cycles, MXU-busy cycles,
+// weight-stall cycles, instructions. Returns the rows taken, -1 if the core still ran
+// after `max_cycles` cycles, -2 if it sent more than `out_rows` rows.
+int64_t tpuer_core_run(void* handle, int64_t start_pc, const uint8_t* rows_in,
+                       int64_t in_rows, int64_t in_bytes, uint8_t* rows_out,
+                       int64_t out_rows, int64_t out_bytes, int64_t rest,
+                       int64_t max_cycles, int64_t* status) {
+    Core& core = *static_cast<Core*>(handle);
+    Vtop& top = core.top;
+    for (int64_t cycle = 0; cycle < rest; ++cycle) core.tick();
+    top.control___05Fstart_pc = start_pc;
+    top.control___05Fstart = 1;
+    core.tick();
+    top.control___05Fstart = 0;
+    int64_t sent = 0, taken = 0;
+    bool offered = false, running = true;
+    for (int64_t cycle = 0; running; ++cycle) {
+        if (cycle == max_cycles) return -1;
+        if (!offered && sent < in_rows) {
+            put(top.host_in___05Fpayload, rows_in + sent * in_bytes, in_bytes);
+            offered = true;
+        }
+        top.host_in___05Fvalid = offered;
+        top.host_out___05Fready = 1;
+        core.settle();
+        if (offered && top.host_in___05Fready) {
+            offered = false;
+            ++sent;
+        }
+        if (top.host_out___05Fvalid) {
+            if (taken == out_rows) return -2;
+            take(top.host_out___05Fpayload, rows_out + taken * out_bytes, out_bytes);
+            ++taken;
+        }
+        running = top.status___05Fstate == 1;  // CoreState.RUNNING
+        core.edge();
+    }
+    core.settle();  // the inputs stay as the last cycle drove them, as in the cocotb bench
+    status[0] = top.status___05Fstate;
+    status[1] = top.status___05Ferror;
+    status[2] = top.status___05Ferror_pc;
+    status[3] = top.status___05Fcycles;
+    status[4] = top.status___05Fmxu_busy_cycles;
+    status[5] = top.status___05Fweight_stall_cycles;
+    status[6] = top.status___05Finstructions;
+    core.tick();
+    return taken;
+}
+
+}  // extern "C"
