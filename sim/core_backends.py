@@ -9,11 +9,12 @@ from pathlib import Path
 from ..protocol import run_bytes
 from .isa_model import CoreModel
 
-__all__ = ["BACKENDS", "TRACING_BACKENDS", "make_backend"]
+__all__ = ["BACKENDS", "TRACING_BACKENDS", "make_backend", "TracedBackend", "TraceMismatch"]
 
 BACKENDS = ("golden", "pysim", "verilator", "icarus", "serial")
-#: The back ends that record a cycle trace (``Device(trace=True)``).
-TRACING_BACKENDS = ("golden",)
+#: The back ends that record a cycle trace (``Device(trace=True)``): the RTL ones through
+#: :class:`TracedBackend`.
+TRACING_BACKENDS = ("golden", "pysim", "verilator", "icarus")
 
 
 class GoldenBackend:
@@ -40,7 +41,7 @@ class GoldenBackend:
                                recorder=recorder)
             if trace is not None:
                 trace.add_run(recorder.finish(), model.program[:result.instructions],
-                              useful_macs=getattr(step, "useful_macs", None),
+                              useful_macs=step.useful_macs,
                               host_bytes=run_bytes(self.cfg, len(step.program),
                                                    len(step.weights), len(step.host_in),
                                                    len(result.host_out)))
@@ -52,6 +53,54 @@ class GoldenBackend:
                                 instructions=result.instructions)
 
 
+class TraceMismatch(RuntimeError):
+    """The RTL did, in some cycle, what the cycle model's trace says it did not."""
+
+
+class TracedBackend:
+    """An RTL back end (``rtl``) whose runs are traced: each is run on the cycle model too,
+    which records the trace, and what the RTL did in every cycle, as far as its ports show
+    it (vectors into the matrix unit, weight stalls, instructions retired, host rows in
+    and out: :func:`~tpuer.tb.core_tb.rtl_activity`), must be what the trace says, cycle
+    for cycle, else :class:`TraceMismatch`."""
+
+    def __init__(self, rtl, cfg):
+        self.rtl = rtl
+        self.cfg = cfg
+
+    def run(self, steps, *, max_cycles, trace):
+        from .trace import Recorder, per_cycle
+        model = CoreModel(self.cfg)
+        pending = []
+
+        def kept(steps):
+            for step in steps:
+                pending.append(step)
+                yield step
+
+        for step, run in self.rtl.run(kept(steps), max_cycles=max_cycles, activity=True):
+            pending.pop(0)          # (the same step, or its copy from another process)
+            model.load_weights(0, step.weights)
+            model.load_program(step.program)
+            recorder = Recorder()
+            result = model.run(0, host_in=step.host_in, max_cycles=1 << 62, recorder=recorder)
+            recorded = per_cycle(recorder.finish())
+            for name, seen in run.activity.items():
+                said = [int(value) for value in recorded[name]]
+                if seen != said:
+                    cycle = next((i for i, (a, b) in enumerate(zip(seen, said)) if a != b),
+                                 min(len(seen), len(said)))
+                    raise TraceMismatch(
+                        f"program {len(trace.runs)}: the {self.rtl.name} RTL's {name} "
+                        f"differs from the cycle model's trace first in cycle {cycle}")
+            trace.add_run(recorder, model.program[:result.instructions],
+                          useful_macs=step.useful_macs,
+                          host_bytes=run_bytes(self.cfg, len(step.program),
+                                               len(step.weights), len(step.host_in),
+                                               len(run.host_out)))
+            yield step, run
+
+
 class PysimBackend:
     """The RTL in amaranth.sim: one simulation per call, all steps in it, a step made only
     when the bench asks for it."""
@@ -61,7 +110,7 @@ class PysimBackend:
     def __init__(self, cfg):
         self.cfg = cfg
 
-    def run(self, steps, *, max_cycles):
+    def run(self, steps, *, max_cycles, activity=False):
         from ..hw.core import Core
         from ..tb.core_tb import run_steps
         from ..tb.pysim import run_pysim
@@ -86,7 +135,7 @@ class CocotbBackend:
         self._backend = cocotb_backend
         self._built = None
 
-    def run(self, steps, *, max_cycles):
+    def run(self, steps, *, max_cycles, activity=False):
         if self._built is None:
             self._built = self._backend.build("core", self.cfg, self.name)
         with tempfile.TemporaryDirectory() as tmp:

@@ -58,6 +58,15 @@ struct Core {
     }
 };
 
+void sample(const Vtop& top, int64_t* into, bool row_in, bool row_out) {
+    into[0] = top.status___05Fcycles;
+    into[1] = top.status___05Fmxu_busy_cycles;
+    into[2] = top.status___05Fweight_stall_cycles;
+    into[3] = top.status___05Finstructions;
+    into[4] = row_in;
+    into[5] = row_out;
+}
+
 }  // namespace
 
 extern "C" {
@@ -105,12 +114,16 @@ void tpuer_core_load_program(void* handle, const uint64_t* words, int64_t count)
 // Rest `rest` cycles, START at `start_pc`, feed the `rows_in` host rows (`in_bytes` each),
 // take every row sent into `rows_out` (`out_bytes` each, room for `out_rows`), until the
 // core stops running. `status` gets state, error, error_pc, cycles, MXU-busy cycles,
-// weight-stall cycles, instructions. Returns the rows taken, -1 if the core still ran
-// after `max_cycles` cycles, -2 if it sent more than `out_rows` rows.
+// weight-stall cycles, instructions and the samples taken. With `samples` (room for
+// max_cycles + 1 of them), each cycle and then the end add a sample of 6 numbers: the four
+// counters (cycles, MXU-busy, weight-stall, instructions), whether a host row came in and
+// whether one went out.
+// Returns the rows taken, -1 if the core still ran after `max_cycles` cycles, -2 if it
+// sent more than `out_rows` rows.
 int64_t tpuer_core_run(void* handle, int64_t start_pc, const uint8_t* rows_in,
                        int64_t in_rows, int64_t in_bytes, uint8_t* rows_out,
                        int64_t out_rows, int64_t out_bytes, int64_t rest,
-                       int64_t max_cycles, int64_t* status) {
+                       int64_t max_cycles, int64_t* status, int64_t* samples) {
     Core& core = *static_cast<Core*>(handle);
     Vtop& top = core.top;
     for (int64_t cycle = 0; cycle < rest; ++cycle) core.tick();
@@ -129,17 +142,24 @@ int64_t tpuer_core_run(void* handle, int64_t start_pc, const uint8_t* rows_in,
         top.host_in___05Fvalid = offered;
         top.host_out___05Fready = 1;
         core.settle();
-        if (offered && top.host_in___05Fready) {
+        bool row_in = offered && top.host_in___05Fready, row_out = top.host_out___05Fvalid;
+        if (row_in) {
             offered = false;
             ++sent;
         }
-        if (top.host_out___05Fvalid) {
+        if (row_out) {
             if (taken == out_rows) return -2;
             take(top.host_out___05Fpayload, rows_out + taken * out_bytes, out_bytes);
             ++taken;
         }
         running = top.status___05Fstate == 1;  // CoreState.RUNNING
+        if (samples) sample(top, samples + 6 * cycle, row_in, row_out);
         core.edge();
+        if (!running && samples) {
+            core.settle();
+            sample(top, samples + 6 * (cycle + 1), false, false);
+            status[7] = cycle + 2;
+        }
     }
     core.settle();  // the inputs stay as the last cycle drove them, as in the cocotb bench
     status[0] = top.status___05Fstate;

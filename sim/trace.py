@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from ..isa import Instruction
 
-__all__ = ["Activity", "StallCause", "Recorder", "Trace", "TRACKS"]
+__all__ = ["Activity", "StallCause", "Recorder", "Trace", "TRACKS", "per_cycle"]
 
 
 class StallCause(enum.Enum):
@@ -259,3 +259,14 @@ def recorder_sum(recorder, field):
     """The sum over the cycles of ``recorder`` of ``field`` (a flag counts 1)."""
     return sum((end - start) * int(value) for start, end, value in recorder.intervals[field]
                if value)
+
+
+def per_cycle(recorder):
+    """Every field of ``recorder``'s :class:`Activity`, as a list of a value per cycle."""
+    fields = {}
+    for name, intervals in recorder.intervals.items():
+        values = []
+        for start, end, value in intervals:
+            values.extend([value] * (end - start))
+        fields[name] = values
+    return fields

@@ -82,7 +82,7 @@ def _library(cfg):
         lib.tpuer_core_run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p,
                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                       ctypes.c_int64, ctypes.c_void_p]
+                                       ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
         _loaded[cfg] = lib
     return lib
 
@@ -102,13 +102,15 @@ class VerilatorCoreBackend:
                              f"accumulators, not {cfg.operand_width} and {cfg.acc_width}")
         self.cfg = cfg
 
-    def run(self, steps, *, max_cycles):
+    def run(self, steps, *, max_cycles, activity=False):
+        """With ``activity``, each run's :attr:`~tpuer.tb.core_tb.CoreRun.activity` too
+        (what the core did in each cycle, as its ports show it)."""
         from ..device import CycleBudgetError
-        from ..tb.core_tb import CoreRun, rest_cycles
+        from ..tb.core_tb import CoreRun, rest_cycles, rtl_activity
         cfg = self.cfg
         lib = _library(cfg)
         core = lib.tpuer_core_new()
-        status = np.zeros(7, np.int64)
+        status = np.zeros(8, np.int64)
         used = 0
         try:
             for step in steps:
@@ -124,10 +126,13 @@ class VerilatorCoreBackend:
                 # any budget.
                 bound = 100 * (len(rows_in) + 100) + sum(4 * i.count + 50 for i in step.program)
                 left = max_cycles - used
+                limit = min(bound, left + 2)
+                samples = np.zeros((limit + 1, 6), np.int64) if activity else None
                 taken = lib.tpuer_core_run(core, 0, rows_in.tobytes(), len(rows_in),
                                            cfg.ub_lanes, rows_out.ctypes.data, out_rows,
-                                           4 * cfg.ub_lanes, rest_cycles(cfg),
-                                           min(bound, left + 2), status.ctypes.data)
+                                           4 * cfg.ub_lanes, rest_cycles(cfg), limit,
+                                           status.ctypes.data,
+                                           None if samples is None else samples.ctypes.data)
                 if taken == -2:
                     raise RuntimeError("the core sent more rows than its WRITE_HOSTs ask for")
                 if taken == -1 and bound <= left + 2:
@@ -136,10 +141,17 @@ class VerilatorCoreBackend:
                     raise CycleBudgetError(f"the core ran past the call's cycle budget of "
                                            f"{max_cycles:,} cycles (max_cycles)")
                 used += int(status[3])
+                seen = None
+                if activity:
+                    samples = samples[:int(status[7])]
+                    seen = rtl_activity([(t, *row[:4]) for t, row in enumerate(samples)],
+                                        np.flatnonzero(samples[:, 4]).tolist(),
+                                        np.flatnonzero(samples[:, 5]).tolist())
                 yield step, CoreRun(
                     state=CoreState(int(status[0])), error=ErrorCode(int(status[1])),
                     error_pc=int(status[2]), host_out=list(rows_out[:taken].astype(np.int64)),
                     cycles=int(status[3]), mxu_busy_cycles=int(status[4]),
-                    weight_stall_cycles=int(status[5]), instructions=int(status[6]))
+                    weight_stall_cycles=int(status[5]), instructions=int(status[6]),
+                    activity=seen)
         finally:
             lib.tpuer_core_free(core)

@@ -14,6 +14,7 @@ from ..hw.matrix_unit import matrix_unit_latency
 from ..hw.sequencer import fetch_fill_cycles
 from ..isa import CoreState, ErrorCode, Instruction, Opcode
 from ..sim.isa_model import CoreModel
+from ..sim.trace import Recorder, per_cycle
 from .harness import StreamSink, StreamSource, TestbenchError, run_cycles
 from .packing import Codec
 
@@ -30,6 +31,8 @@ class CoreRun:
     mxu_busy_cycles: int = 0
     weight_stall_cycles: int = 0
     instructions: int = 0
+    #: what the RTL did in each cycle, as far as its ports show (:func:`rtl_activity`)
+    activity: dict = None
 
 
 def idle_inputs(io):
@@ -95,20 +98,59 @@ async def run_on_core(io, cfg, *, start=0, host_in=(), rng=None, in_idle=0.0, ou
                       rng=random.Random(int(rng.integers(1 << 31))))
     await pulse_start(io, start)
     status = {"running": True}
+    samples = []
 
     def watch(io):      # sampled when settled, so every simulator agrees on the cycle
         status["running"] = io.get("status__state") == CoreState.RUNNING.value
+        samples.append((io.cycle, *(io.get(f"status__{name}") for name in ACTIVITY_COUNTERS)))
 
     await run_cycles(io, [source, sink], until=lambda: not status["running"],
                      max_cycles=max_cycles, on_cycle=watch)
     await io.settle()
+    samples.append((io.cycle, *(io.get(f"status__{name}") for name in ACTIVITY_COUNTERS)))
     result = CoreRun(state=CoreState(io.get("status__state")), error=ErrorCode(io.get("status__error")),
                      error_pc=io.get("status__error_pc"), host_out=sink.items,
                      cycles=io.get("status__cycles"), mxu_busy_cycles=io.get("status__mxu_busy_cycles"),
                      weight_stall_cycles=io.get("status__weight_stall_cycles"),
-                     instructions=io.get("status__instructions"))
+                     instructions=io.get("status__instructions"),
+                     activity=rtl_activity(samples, source.sent_cycles, sink.cycles))
     await io.tick()
     return result
+
+
+#: The counters whose step from one cycle to the next tells what the core did in it.
+ACTIVITY_COUNTERS = ("cycles", "mxu_busy_cycles", "weight_stall_cycles", "instructions")
+
+
+def rtl_activity(samples, rows_in, rows_out):
+    """What the RTL did in each cycle of a run, as far as its ports show it: for every
+    cycle the counters count (``cycles`` of them), whether a vector entered the matrix
+    unit, a vector waited for its weight tile, an instruction retired (each counter's step
+    into the next cycle: a counter shows an event the cycle after it), a host row came in
+    and one went out (the streams' handshakes, in the cycle the counters show as under
+    way). ``samples``: (bench cycle, the :data:`ACTIVITY_COUNTERS`) of every cycle and of
+    the end; ``rows_in``, ``rows_out``: the bench cycles of the handshakes. The fields
+    are those of :class:`~tpuer.sim.trace.Activity`, as lists."""
+    count_at = {cycle: counters[0] for cycle, *counters in samples}
+    first = {}
+    for _, *counters in samples:
+        first.setdefault(counters[0], counters)
+    total = samples[-1][1]
+    before = first.get(0, [0, 0, 0, 0])
+    activity = {"vector": [], "weight_stall": [], "retired": []}
+    for index in range(total):
+        after = first.get(index + 1)
+        if after is None:
+            raise TestbenchError(f"the cycle counter skipped {index + 1}")
+        for position, name in enumerate(("vector", "weight_stall", "retired"), start=1):
+            activity[name].append(after[position] - before[position])
+        before = after
+    for name, cycles in (("host_in", rows_in), ("host_out", rows_out)):
+        activity[name] = [0] * total
+        for cycle in cycles:
+            if 0 <= count_at[cycle] < total:
+                activity[name][count_at[cycle]] += 1
+    return activity
 
 
 def clearing_program(cfg):
@@ -257,6 +299,22 @@ def _compare(io, cfg, label, got, want, *, timed=True):
                                  f"expected {getattr(want, name)}")
 
 
+def compare_activity(io, cfg, label, rtl, recorder):
+    """The cycle model's trace (``recorder``) against what the RTL did (``rtl``,
+    :func:`rtl_activity`), cycle for cycle: vectors into the matrix unit, weight stalls,
+    instructions retired, host rows in and out."""
+    where = f"[{io.simulator} core {cfg.name}] {label}"
+    model = per_cycle(recorder)
+    for name, rtl_values in rtl.items():
+        want = [int(value) for value in model[name]]
+        if rtl_values != want:
+            cycle = next(i for i, (g, w) in enumerate(zip(rtl_values, want)) if g != w) \
+                if len(rtl_values) == len(want) else min(len(rtl_values), len(want))
+            raise TestbenchError(f"{where}: the trace's {name} differs from the cycle model's "
+                                 f"first in cycle {cycle} (RTL {rtl_values[cycle:cycle + 8]}, "
+                                 f"model {want[cycle:cycle + 8]})")
+
+
 async def check_program(io, cfg, rng, program, host_rows, weights, label, model, **stream):
     """Run ``program`` (then a dump program) on the core and on ``model``; compare."""
     dump_at = cfg.program_depth - 3
@@ -264,8 +322,11 @@ async def check_program(io, cfg, rng, program, host_rows, weights, label, model,
     model.load_program(program)
     timed = not any(stream.values())
     got = await run_on_core(io, cfg, host_in=host_rows, rng=rng, **stream)
-    want = model.run(0, host_in=host_rows)
+    recorder = Recorder() if timed else None
+    want = model.run(0, host_in=host_rows, recorder=recorder)
     _compare(io, cfg, label, got, want, timed=timed)
+    if timed:
+        compare_activity(io, cfg, label, got.activity, recorder.finish())
     got_dump = await run_on_core(io, cfg, start=dump_at, rng=rng, **stream)
     want_dump = model.run(dump_at)
     _compare(io, cfg, f"{label}, memory dump after it", got_dump, want_dump, timed=timed)

@@ -14,7 +14,7 @@ from tpuer.demo import DEMO_CONFIG, DIGITS_CNN_TFLITE
 from tpuer.hw.sequencer import fetch_fill_cycles
 from tpuer.sim.trace import StallCause, TRACKS
 
-from conftest import seed as suite_seed
+from conftest import require_simulator, seed as suite_seed
 
 SMALL = tpuer.Config(rows=4, cols=4, ub_depth=64, acc_depth=64, weight_tiles=8)
 
@@ -58,7 +58,7 @@ def test_untraced_device_has_no_trace():
     device.matmul(np.ones((2, 2), np.int8), np.ones((2, 2), np.int8))
     assert device.trace is None
     with pytest.raises(ValueError, match="no cycle trace"):
-        tpuer.Device(SMALL, backend="pysim", trace=True)
+        tpuer.Device(SMALL, backend="serial", trace=True, port="/dev/null")
     with pytest.raises(TypeError, match="trace must be"):
         tpuer.Device(SMALL, trace="yes")
 
@@ -72,7 +72,10 @@ def test_random_programs_trace_adds_up():
         program, rows = random_program(SMALL, rng, length=int(rng.integers(3, 30)),
                                        invalid=0.05)
         weights = rng.integers(-128, 128, (SMALL.weight_tiles, 4, 4)).astype(np.int8)
-        host_in = np.array(rows, np.int8).reshape(-1, SMALL.ub_lanes)
+        # (a bad READ_HOST has no rows of its own, but the call counts them)
+        wanted = sum(i.count for i in program if i.op is isa.Opcode.READ_HOST)
+        host_in = np.zeros((max(wanted, len(rows)), SMALL.ub_lanes), np.int8)
+        host_in[:len(rows)] = np.array(rows, np.int8).reshape(-1, SMALL.ub_lanes)
         device.run_program(program, weights=weights, host_in=host_in)
         check_sums(device)
 
@@ -177,3 +180,98 @@ def test_profile_command(tmp_path, capsys):
     assert "UART" in capsys.readouterr().out
     assert main(["profile", "nothing.xyz", "-o", str(out)]) == 2
     assert main(["profile", "8x8x8", "-o", str(out), "--window", "9:3"]) == 2
+
+
+# --- the RTL traces as the cycle model does -----------------------------------------------
+
+BENCH_CONFIG = tpuer.Config(rows=2, cols=2, ub_depth=12, acc_depth=8, weight_tiles=4,
+                            program_depth=64, control_registers=0)
+
+
+def run_core_bench(name="hazards"):
+    from tpuer.hw.export import build_block
+    from tpuer.tb.core_tb import BENCHES
+    from tpuer.tb.pysim import run_pysim
+    run_pysim(build_block("core", BENCH_CONFIG), BENCHES[name], BENCH_CONFIG,
+              np.random.default_rng(suite_seed()))
+
+
+def test_core_bench_compares_traces_with_a_mutated_rtl(monkeypatch):
+    """Counters that see each vector a cycle late still add up to the right totals; the
+    core bench's cycle-by-cycle comparison with the cycle model's trace catches them."""
+    from amaranth.hdl import Signal
+    from tpuer.hw import sequencer
+    from tpuer.hw.counters import PerformanceCounters
+    from tpuer.tb.harness import TestbenchError
+
+    class LateVectorCounters(PerformanceCounters):
+        def elaborate(self, platform):
+            self._late = Signal()
+            m = super().elaborate(platform)
+            m.d.sync += self._late.eq(self.running & self.vector_issued)
+            return m
+
+        def _events(self):
+            events = list(super()._events())
+            events[1] = (self.mxu_busy_cycles, self._late)
+            return events
+
+    run_core_bench()                            # the design as it is passes
+    monkeypatch.setattr(sequencer.Sequencer, "Counters", LateVectorCounters)
+    with pytest.raises(TestbenchError, match="trace's vector differs"):
+        run_core_bench()
+
+
+def test_core_bench_compares_traces_with_a_mutated_cycle_model(monkeypatch):
+    """A cycle model that tells of each host row a cycle late (its counters unchanged)
+    fails the core bench."""
+    from tpuer.sim.timing_model import CoreTiming
+    from tpuer.tb.harness import TestbenchError
+    original = CoreTiming._activity
+    late = {"rows": 0}
+
+    def activity(self, done, *args):
+        record = original(self, done, *args)
+        rows, late["rows"] = late["rows"], record.host_in
+        return record._replace(host_in=rows)
+
+    monkeypatch.setattr(CoreTiming, "_activity", activity)
+    with pytest.raises(TestbenchError, match="trace's host_in differs"):
+        run_core_bench()
+
+
+@pytest.mark.parametrize("backend", ["pysim", "verilator", "icarus"])
+def test_rtl_back_ends_trace_as_the_cycle_model(backend):
+    """On an RTL back end the trace is checked, cycle by cycle, against what the RTL did;
+    it adds up to the RTL's counters and equals the golden back end's trace."""
+    if backend != "pysim":
+        require_simulator(backend)
+    rng = np.random.default_rng(suite_seed())
+    a = rng.integers(-128, 128, (19, 10)).astype(np.int8)
+    b = rng.integers(-128, 128, (10, 6)).astype(np.int8)
+    device = tpuer.Device(SMALL, backend=backend, trace=True)
+    assert np.array_equal(device.matmul(a, b), a.astype(np.int64) @ b)
+    sums = check_sums(device)
+    golden = tpuer.Device(SMALL, trace=True)
+    golden.matmul(a, b)
+    assert sums == golden.trace.sums()
+
+
+def test_rtl_trace_refuses_a_mutated_cycle_model(monkeypatch):
+    """A cycle model that tells of each vector a cycle late is caught on the Verilator
+    back end (its counters unchanged)."""
+    require_simulator("verilator")
+    from tpuer.sim.core_backends import TraceMismatch
+    from tpuer.sim.timing_model import CoreTiming
+    original = CoreTiming._activity
+    late = {"vector": False}
+
+    def activity(self, done, *args):
+        record = original(self, done, *args)
+        vector, late["vector"] = late["vector"], record.vector
+        return record._replace(vector=vector)
+
+    monkeypatch.setattr(CoreTiming, "_activity", activity)
+    device = tpuer.Device(SMALL, backend="verilator", trace=True)
+    with pytest.raises(TraceMismatch, match="vector differs"):
+        device.matmul(np.ones((9, 5), np.int8), np.ones((5, 3), np.int8))

@@ -16,9 +16,9 @@ __all__ = ["Device", "TPUError", "CycleBudgetError", "ProgramResult", "CYCLE_BUD
 
 #: The default cycle budget of a call on each back end: about ten minutes of its work on
 #: an 8x8 core at its slowest (the golden model 30,000 cycles/s on programs it has not seen,
-#: amaranth.sim 1,800, Verilator under cocotb 5,000 to 10,000, Icarus 740; a board at 100
+#: amaranth.sim 1,800, Verilator with its host in C++ 200,000, Icarus 740; a board at 100
 #: MHz, 100 s).
-CYCLE_BUDGETS = {"golden": 30_000_000, "pysim": 1_000_000, "verilator": 6_000_000,
+CYCLE_BUDGETS = {"golden": 30_000_000, "pysim": 1_000_000, "verilator": 100_000_000,
                  "icarus": 500_000, "serial": 10_000_000_000}
 #: A call estimated above this many cycles shows a progress bar on a terminal.
 PROGRESS_CYCLES = 1_000_000
@@ -154,11 +154,13 @@ class Device:
     :class:`~tpuer.sim.trace.Trace`: every unit's work cycle by cycle, why the matrix unit
     was idle, the programs and the model's layers or operators around them
     (``device.trace.save("call.json")`` writes a file Perfetto's UI opens; see
-    ``docs/profiling.md``).
+    ``docs/profiling.md``). The cycle model records it; on an RTL back end, what the RTL
+    did in every cycle, as far as its ports and counters show it, must equal the trace
+    (else :class:`~tpuer.sim.core_backends.TraceMismatch`). The serial back end gives none.
     """
 
     def __init__(self, config=None, backend="golden", *, trace=False, **options):
-        from .sim.core_backends import BACKENDS, TRACING_BACKENDS, make_backend
+        from .sim.core_backends import BACKENDS, TRACING_BACKENDS, TracedBackend, make_backend
         config = Config() if config is None else config
         if not isinstance(config, Config):
             raise TypeError(f"config must be a tpuer.Config, not {type(config).__name__}")
@@ -168,11 +170,14 @@ class Device:
         if not isinstance(trace, (bool, np.bool_)):
             raise TypeError(f"trace must be True or False, not {trace!r}")
         if trace and backend not in TRACING_BACKENDS:
-            raise ValueError(f"the {backend} back end gives no cycle trace yet; trace with "
+            raise ValueError(f"the {backend} back end gives no cycle trace; trace with "
                              f"{' or '.join(TRACING_BACKENDS)}")
         self.config = config
         self.backend = backend
         self._backend = make_backend(backend, config, **options)
+        # what runs the steps of a traced call
+        self._tracer = self._backend if backend == "golden" else TracedBackend(self._backend,
+                                                                                config)
         self.stats = {}
         self.tracing = bool(trace)
         #: the :class:`~tpuer.sim.trace.Trace` of the last call (with ``trace=True``)
@@ -205,7 +210,7 @@ class Device:
         """The back end's runs of ``steps``, recorded into the call's trace if any."""
         if self._trace is None:
             return self._backend.run(steps, max_cycles=max_cycles)
-        return self._backend.run(steps, max_cycles=max_cycles, trace=self._trace)
+        return self._tracer.run(steps, max_cycles=max_cycles, trace=self._trace)
 
     # --- cycle budgets and progress ------------------------------------------------------
 
