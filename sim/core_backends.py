@@ -12,9 +12,9 @@ from .isa_model import CoreModel
 __all__ = ["BACKENDS", "TRACING_BACKENDS", "make_backend", "TracedBackend", "TraceMismatch"]
 
 BACKENDS = ("golden", "pysim", "verilator", "icarus", "serial")
-#: The back ends that record a cycle trace (``Device(trace=True)``): the RTL ones through
-#: :class:`TracedBackend`.
-TRACING_BACKENDS = ("golden", "pysim", "verilator", "icarus")
+#: The back ends that record a cycle trace (``Device(trace=True)``): all but the golden one
+#: through :class:`TracedBackend`.
+TRACING_BACKENDS = ("golden", "pysim", "verilator", "icarus", "serial")
 
 
 class GoldenBackend:
@@ -62,7 +62,9 @@ class TracedBackend:
     which records the trace, and what the RTL did in every cycle, as far as its ports show
     it (vectors into the matrix unit, weight stalls, instructions retired, host rows in
     and out: :func:`~tpuer.tb.core_tb.rtl_activity`), must be what the trace says, cycle
-    for cycle, else :class:`TraceMismatch`."""
+    for cycle, else :class:`TraceMismatch`. A TPU on a board shows only its counters,
+    which must be the trace's; its serial link's frames and retries of each program go on
+    the trace's link track."""
 
     def __init__(self, rtl, cfg):
         self.rtl = rtl
@@ -78,6 +80,8 @@ class TracedBackend:
                 pending.append(step)
                 yield step
 
+        link = getattr(self.rtl, "link", None)
+        sent = (link.requests, link.retries) if link is not None else None
         for step, run in self.rtl.run(kept(steps), max_cycles=max_cycles, activity=True):
             pending.pop(0)          # (the same step, or its copy from another process)
             model.load_weights(0, step.weights)
@@ -85,7 +89,16 @@ class TracedBackend:
             recorder = Recorder()
             result = model.run(0, host_in=step.host_in, max_cycles=1 << 62, recorder=recorder)
             recorded = per_cycle(recorder.finish())
-            for name, seen in run.activity.items():
+            if link is not None:
+                trace.add_link_event("frames", frames=link.requests - sent[0],
+                                     retries=link.retries - sent[1])
+                sent = (link.requests, link.retries)
+            for name in ("cycles", "mxu_busy_cycles", "weight_stall_cycles", "instructions"):
+                if getattr(run, name) != getattr(result, name):
+                    raise TraceMismatch(f"program {len(trace.runs)}: the {self.rtl.name} "
+                                        f"TPU's {name} is {getattr(run, name):,}, the cycle "
+                                        f"model's trace has {getattr(result, name):,}")
+            for name, seen in (run.activity or {}).items():
                 said = [int(value) for value in recorded[name]]
                 if seen != said:
                     cycle = next((i for i, (a, b) in enumerate(zip(seen, said)) if a != b),

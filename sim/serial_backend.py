@@ -208,7 +208,7 @@ class SerialBackend:
 
     # --- a call --------------------------------------------------------------------------
 
-    def run(self, steps, *, max_cycles):
+    def run(self, steps, *, max_cycles, activity=False):
         from ..tb.core_tb import CoreRun
         cfg = self.cfg
         used, first = 0, True

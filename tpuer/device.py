@@ -156,7 +156,8 @@ class Device:
     (``device.trace.save("call.json")`` writes a file Perfetto's UI opens; see
     ``docs/profiling.md``). The cycle model records it; on an RTL back end, what the RTL
     did in every cycle, as far as its ports and counters show it, must equal the trace
-    (else :class:`~tpuer.sim.core_backends.TraceMismatch`). The serial back end gives none.
+    (else :class:`~tpuer.sim.core_backends.TraceMismatch`); on a board (``serial``), its
+    counters, and the trace has the link's frames and retries of each program.
     """
 
     def __init__(self, config=None, backend="golden", *, trace=False, **options):

@@ -212,6 +212,7 @@ class SerialLink:
         self.sleep = getattr(port, "sleep", time.sleep)
         self.seq = 0
         self.retries = 0
+        self.requests = 0          # frames sent, first copies and retries
         self.busy = 0
         self.replies = []          # TPU reply words, in order
         self.chunk = MAX_REQUEST_WORDS   # words per request: halved on a bad line
@@ -231,6 +232,7 @@ class SerialLink:
             request = encode_request(self.seq, sent, new_session=new_session,
                                      reply_halvings=self.reply_halvings)
             self.port.write(request)
+            self.requests += 1
             reply = self._await_reply(self.seq)
             if reply is not None and reply.ok and reply.first != Kind.NAK:
                 self.replies.extend(reply.words)
