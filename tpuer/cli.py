@@ -267,7 +267,7 @@ def _cmd_profile(parser, args):
         raise ValueError(f"--batch must be at least 1, not {args.batch}")
     run_profile(args.target, cfg, out_dir=args.output, input_path=args.input,
                 weights_path=args.weights, batch=args.batch, window=window, board=board,
-                load_array=_load_array, load_program=_load_program)
+                load_array=_load_array, load_program=_load_program, backend=args.backend)
     return 0
 
 
@@ -405,14 +405,15 @@ def build_parser():
     profile = commands.add_parser(
         "profile", help="where every cycle goes: a cycle trace (for Perfetto), a timeline, a "
                         "roofline and a table per operator, layer or program",
-        description="Runs TARGET on the golden back end (the cycle model, whose counters "
-                    "equal the RTL's) with a cycle trace: a .tflite model (--input x.npy, "
+        description="Runs TARGET with a cycle trace, recorded by the cycle model (on an "
+                    "RTL back end checked against the RTL cycle by cycle): a .tflite model (--input x.npy, "
                     "or random input), a program (.s or .bin, with --weights and --input), "
                     "a matrix product MxKxN of random int8 matrices, or a demo network "
                     "(mlp, cnn). Writes trace.json, timeline.png and roofline.png.")
     profile.add_argument("target", help="model.tflite, prog.s, prog.bin, MxKxN, mlp or cnn")
     profile.add_argument("--input", help=".npy input (a model's samples, a program's rows)")
     profile.add_argument("--weights", help="a program's .npy weight tiles")
+    add_backend_argument(profile)
     profile.add_argument("--batch", type=int, default=8,
                          help="samples of random input for a model (default 8)")
     profile.add_argument("--window", help="cycles FIRST:END of the timeline (default: 400 "

@@ -215,13 +215,13 @@ _SHAPE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
 
 def run_profile(target, cfg, *, out_dir, input_path=None, weights_path=None, batch=8,
                 window=None, board=None, seed=0, out=print, load_array=None,
-                load_program=None):
+                load_program=None, backend="golden"):
     """Profile ``target`` (a ``.tflite`` file, a ``.s`` / ``.bin`` program, ``MxKxN``, or
-    a demo network ``mlp`` / ``cnn``) on the golden back end with a trace; write
-    ``trace.json``, ``timeline.png`` and ``roofline.png`` into ``out_dir``; print the
-    table. Returns the :class:`~tpuer.sim.trace.Trace`."""
+    a demo network ``mlp`` / ``cnn``) on ``backend`` with a trace; write ``trace.json``,
+    ``timeline.png`` and ``roofline.png`` into ``out_dir``; print the table. Returns the
+    :class:`~tpuer.sim.trace.Trace`."""
     from .device import Device
-    device = Device(cfg, backend="golden", trace=True)
+    device = Device(cfg, backend=backend, trace=True)
     rng = np.random.default_rng(seed)
     shape = _SHAPE.match(target)
     if shape:
@@ -255,7 +255,9 @@ def run_profile(target, cfg, *, out_dir, input_path=None, weights_path=None, bat
     draw_timeline(trace, out_dir / "timeline.png", window)
     draw_roofline(cfg, rows, out_dir / "roofline.png", board)
     sums = trace.sums()
-    out(f"tpuer profile: {what} on the {cfg.name} core (golden back end, cycle model)")
+    source = ("the cycle model" if backend == "golden" else
+              f"the cycle model, checked cycle by cycle against the RTL on {backend}")
+    out(f"tpuer profile: {what} on the {cfg.name} core ({source})")
     out(f"{sums['cycles']:,} cycles, {sums['mxu_busy_cycles']:,} with a vector in the matrix "
         f"unit, {sums['weight_stall_cycles']:,} weight-stall cycles, "
         f"{sums['instructions']:,} instructions, {len(trace.runs):,} programs")
