@@ -60,6 +60,7 @@ class CoreModel:
         self.params = {param: np.full(cfg.cols, value, dtype=np.int64) if param in PER_LANE
                        else value for param, value in config_defaults(cfg).items()}
         self._activation = None         # ActivationParams of self.params, once made
+        self._params_seen = {}          # ActivationParams by the values of self.params
 
     # --- what the host does directly ----------------------------------------------------
 
@@ -120,6 +121,29 @@ class CoreModel:
             shift=p[ConfigParam.SHIFT], zero_point=p[ConfigParam.ZERO_POINT],
             relu=bool(p[ConfigParam.RELU]), rounding=p[ConfigParam.ROUNDING],
             clamp_min=p[ConfigParam.CLAMP_MIN], clamp_max=p[ConfigParam.CLAMP_MAX])
+
+    def configure(self, instr):
+        """Do what CONFIG ``instr`` (checked) does: set its parameter of its lane, or of
+        every lane."""
+        param, lanes = _config_target(instr)
+        self._set_param(param, lanes, instr.value)
+
+    def _set_param(self, param, lanes, value):
+        self._activation = None
+        if lanes is None:
+            self.params[param] = value
+        else:
+            self.params[param][lanes] = value
+
+    def _known_params(self):
+        """:meth:`activation_params`, made once for each set of values (every block of a
+        layer sets the same ones again)."""
+        key = tuple(value.tobytes() if isinstance(value, np.ndarray) else value
+                    for value in self.params.values())
+        params = self._params_seen.get(key)
+        if params is None:
+            params = self._params_seen[key] = self.activation_params()
+        return params
 
     # --- execution ----------------------------------------------------------------------
 
@@ -227,18 +251,13 @@ class CoreModel:
                 result.host_out.extend((self.acc if from_acc else self.ub).read_block(a, n))
             elif kind == "activate":
                 _, a, b, n = op
-                if self._activation is None:      # made again only after a CONFIG
-                    self._activation = self.activation_params()
+                if self._activation is None:      # looked up again only after a CONFIG
+                    self._activation = self._known_params()
                 rows = np.zeros((n, cfg.ub_lanes), dtype=np.int64)
                 rows[:, :cfg.cols] = requantize(self.acc.read_block(a, n), self._activation)
                 self.ub.write_block(b, rows, np.arange(cfg.ub_lanes) < cfg.cols)
             else:
-                _, param, lanes, value = op
-                self._activation = None
-                if lanes is None:
-                    self.params[param] = value
-                else:
-                    self.params[param][lanes] = value
+                self._set_param(*op[1:])
         self.active = bank[walk.active].copy()
         self.tiles = deque(bank[index].copy() for index in walk.queue)
 
@@ -294,6 +313,15 @@ class _Products:
         self.cleared = np.flatnonzero(last_overwrite >= 0)
         del self.entries
         return self
+
+
+def _config_target(instr):
+    """The parameter a CONFIG sets, and its lanes: an index or every lane (a slice) for a
+    per-lane parameter, ``None`` for the others."""
+    param = ConfigParam(instr.flags)
+    if param not in PER_LANE:
+        return param, None
+    return param, slice(None) if instr.count == ALL_LANES else instr.count
 
 
 #: How many runs' :class:`_Walk` s are remembered (the least recently made go).
@@ -373,9 +401,7 @@ class _Walk:
                 ub_read[a:a + n] = True
                 acc_written[b:b + n] = True
             elif op is Opcode.CONFIG:
-                param = ConfigParam(instr.flags)
-                lanes = (slice(None) if n == ALL_LANES else n) if param in PER_LANE else None
-                self.ops.append(("config", param, lanes, instr.value))
+                self.ops.append(("config", *_config_target(instr), instr.value))
             elif op is Opcode.READ_HOST and n:
                 if ub_read[a:a + n].any():
                     close()

@@ -124,7 +124,7 @@ def test_parameter_registers_follow_the_isa_models_config(form, handed_on):
                     (lane != ALL_LANES and ctx.get(dut.param_write.lane) != lane))):
                 wrong.append((step, "param_write"))
             if writes and param not in handed_on:
-                model._execute(instr, None, None)
+                model.configure(instr)
             await ctx.tick()
             history.append(expected())
             per_lane, row = history[-latency]
