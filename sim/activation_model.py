@@ -90,13 +90,16 @@ class ActivationParams:
                                  else clamp_max)
 
 
-def requantize(acc, params):
+def requantize(acc, params, *, in_range=False):
     """Requantise accumulator words (any shape whose last axis is ``cfg.cols``) to operands.
+    ``in_range``: the caller knows them to be accumulator words (int64, in range), so they
+    are not checked again.
 
     Bit-exact reference of :class:`tpuer.hw.ActivationUnit`.
     """
     cfg = params.cfg
-    acc = check_range("accumulator values", acc, cfg.acc_min, cfg.acc_max)
+    if not in_range:
+        acc = check_range("accumulator values", acc, cfg.acc_min, cfg.acc_max)
     return requantize_lanes(acc, bias=params.bias, multiplier=params.multiplier,
                             shift=params.shift, zero_point=params.zero_point,
                             relu=params.relu, rounding=params.rounding,
@@ -149,7 +152,8 @@ def requantize_lanes(acc, *, bias, multiplier, shift, zero_point, relu,
     high = limit - 1 if clamp[1] is None else clamp[1]
     if relu:
         low = zero_point
-    y = np.clip(scaled(x, multiplier, shift, rounding) + zero_point, -limit, limit - 1)
+    y = np.minimum(np.maximum(scaled(x, multiplier, shift, rounding) + zero_point, -limit),
+                   limit - 1)
     return np.where(y < low, low, np.where(y > high, high, y))
 
 

@@ -32,9 +32,11 @@ class GoldenBackend:
         from ..tb.core_tb import CoreRun
         from .trace import Recorder
         model = CoreModel(self.cfg)
-        used = 0
+        used, loaded = 0, None
         for step in steps:
-            model.load_weights(0, step.weights)
+            if step.weights is not loaded:       # (a layer's blocks share one array)
+                model.load_weights(0, step.weights)
+                loaded = step.weights
             model.load_program(step.program)
             recorder = Recorder() if trace is not None else None
             result = model.run(0, host_in=step.host_in, max_cycles=max_cycles - used,

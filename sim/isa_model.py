@@ -14,7 +14,7 @@ from ..isa import (ALL_LANES, DEFINED_FLAGS, PER_LANE, RANGE_CHECKS, STATE_CHECK
 from .accumulator_model import AccumulatorModel
 from .activation_model import ActivationParams, requantize
 from .numerics import check_range
-from .timing_model import CoreTiming
+from .timing_model import CoreTiming, timing_key
 from .unified_buffer_model import UnifiedBufferModel
 
 __all__ = ["CoreModel", "RunResult", "estimate_cycles"]
@@ -50,6 +50,7 @@ class CoreModel:
         self.cfg = cfg
         self.timing = CoreTiming(cfg)
         self.program = [0] * cfg.program_depth
+        self._program_end = 0           # words past this one are still zero
         self.weights = np.zeros((cfg.weight_tiles, cfg.rows, cfg.cols), dtype=np.int64)
         self.ub = UnifiedBufferModel(cfg)
         self.acc = AccumulatorModel(cfg)
@@ -70,6 +71,7 @@ class CoreModel:
             raise ValueError(f"a program of {len(words)} instructions at {start} does not fit "
                              f"the instruction memory of {self.cfg.program_depth}")
         self.program[start:start + len(words)] = words
+        self._program_end = max(self._program_end, start + len(words))
 
     def load_weights(self, tile_index, tiles):
         cfg = self.cfg
@@ -126,14 +128,11 @@ class CoreModel:
         """Do what CONFIG ``instr`` (checked) does: set its parameter of its lane, or of
         every lane."""
         param, lanes = _config_target(instr)
-        self._set_param(param, lanes, instr.value)
-
-    def _set_param(self, param, lanes, value):
         self._activation = None
         if lanes is None:
-            self.params[param] = value
+            self.params[param] = instr.value
         else:
-            self.params[param][lanes] = value
+            self.params[param][lanes] = instr.value
 
     def _known_params(self):
         """:meth:`activation_params`, made once for each set of values (every block of a
@@ -211,7 +210,7 @@ class CoreModel:
     def _time(self, walk, result, host_rows, max_cycles, recorder):
         timing = self.timing.run(walk.words, error=result.state is CoreState.ERROR,
                                  host_rows=host_rows, max_cycles=max_cycles,
-                                 recorder=recorder)
+                                 recorder=recorder, key=walk.timing_key)
         result.cycles = timing["cycles"]
         result.weight_stall_cycles = timing["weight_stall_cycles"]
         assert timing["mxu_busy_cycles"] == result.mxu_busy_cycles
@@ -221,7 +220,7 @@ class CoreModel:
         """The :class:`_Walk` of a run from ``start``: it depends on nothing but the
         instruction memory and the number of weight tiles queued, so it is made once for
         each (the driver runs the same programs again and again)."""
-        key = (self.cfg, tuple(self.program), start, len(self.tiles))
+        key = (self.cfg, tuple(self.program[:self._program_end]), start, len(self.tiles))
         walk = _walks.get(key)
         if walk is None:
             walk = _walks[key] = _Walk(self, start)
@@ -254,10 +253,16 @@ class CoreModel:
                 if self._activation is None:      # looked up again only after a CONFIG
                     self._activation = self._known_params()
                 rows = np.zeros((n, cfg.ub_lanes), dtype=np.int64)
-                rows[:, :cfg.cols] = requantize(self.acc.read_block(a, n), self._activation)
+                rows[:, :cfg.cols] = requantize(self.acc.read_block(a, n), self._activation,
+                                                in_range=True)
                 self.ub.write_block(b, rows, np.arange(cfg.ub_lanes) < cfg.cols)
             else:
-                self._set_param(*op[1:])
+                self._activation = None
+                for param, lanes, value in op[1]:
+                    if lanes is None:
+                        self.params[param] = value
+                    else:
+                        self.params[param][lanes] = value
         self.active = bank[walk.active].copy()
         self.tiles = deque(bank[index].copy() for index in walk.queue)
 
@@ -266,13 +271,19 @@ class CoreModel:
         cfg = self.cfg
         products = np.matmul(self.ub.rows[group.ub_rows][:, :, :cfg.rows], bank[group.tiles])
         acc = self.acc.rows
-        # No sum can saturate when the largest accumulator word there plus every product's
-        # largest magnitude stays in range: then plain additions in any order are exact.
-        bound = (int(np.abs(acc[group.acc_rows]).max()) +
-                 int(np.abs(products).max(axis=(1, 2)).sum()))
-        if bound <= cfg.acc_max:
-            acc[group.cleared] = 0
-            np.add.at(acc, group.counted_rows, products.reshape(-1, cfg.cols)[group.counted])
+        # No sum can saturate when the accumulator words there, plus or minus the most that
+        # all the products can add, stay in range: then plain additions in any order are
+        # exact.
+        window = acc[group.acc_span]
+        if (int(window.max()) + group.most <= cfg.acc_max and
+                int(window.min()) - group.most >= cfg.acc_min):
+            if len(group.cleared):
+                acc[group.cleared] = 0
+            counted = products.reshape(-1, cfg.cols)[group.counted]
+            if group.distinct:          # no row twice: a plain indexed addition
+                acc[group.counted_rows] += counted
+            else:
+                np.add.at(acc, group.counted_rows, counted)
         else:
             for rows, product, add in zip(group.acc_rows, products, group.accumulate):
                 self.acc.write_block(int(rows[0]), product, add)
@@ -311,6 +322,10 @@ class _Products:
         self.counted = order >= last_overwrite[flat]
         self.counted_rows = flat[self.counted]
         self.cleared = np.flatnonzero(last_overwrite >= 0)
+        self.distinct = len(np.unique(self.counted_rows)) == len(self.counted_rows)
+        self.acc_span = slice(int(self.acc_rows.min()), int(self.acc_rows.max()) + 1)
+        # the largest magnitude of one product's word, times the products
+        self.most = len(self.entries) * cfg.rows * (1 << (2 * cfg.operand_width - 2))
         del self.entries
         return self
 
@@ -322,6 +337,28 @@ def _config_target(instr):
     if param not in PER_LANE:
         return param, None
     return param, slice(None) if instr.count == ALL_LANES else instr.count
+
+
+def _settled(settings):
+    """What consecutive CONFIGs (``(param, lanes, value)`` each, in order) leave set, as
+    few settings: a parameter's last value, or for a per-lane one, its last value for
+    every lane (``slice(None)``) and then the lanes set after it (an index array and a
+    value array)."""
+    scalars, lanes_of = {}, {}
+    for param, lanes, value in settings:
+        if lanes is None:
+            scalars[param] = value
+        elif isinstance(lanes, slice):
+            lanes_of[param] = (value, {})
+        else:
+            lanes_of.setdefault(param, (None, {}))[1][lanes] = value
+    settled = [(param, None, value) for param, value in scalars.items()]
+    for param, (every, single) in lanes_of.items():
+        if every is not None:
+            settled.append((param, slice(None), every))
+        if single:
+            settled.append((param, np.array(list(single)), np.array(list(single.values()))))
+    return settled
 
 
 #: How many runs' :class:`_Walk` s are remembered (the least recently made go).
@@ -339,7 +376,8 @@ class _Walk:
       done after the other operations that come before it here, which touch nothing it
       reads or writes;
     * ``("read_host", a, n)``, ``("write_host", from_acc, a, n)``, ``("activate", a, b,
-      n)``, ``("config", param, lanes or None, value)``.
+      n)``, ``("config", settings)``: consecutive CONFIGs, as what they leave set
+      (:func:`_settled`).
 
     :attr:`active` and :attr:`queue` are the bank indices of the active tile and the
     queued tiles at the end."""
@@ -401,7 +439,9 @@ class _Walk:
                 ub_read[a:a + n] = True
                 acc_written[b:b + n] = True
             elif op is Opcode.CONFIG:
-                self.ops.append(("config", *_config_target(instr), instr.value))
+                if not self.ops or self.ops[-1][0] != "config":
+                    self.ops.append(("config", []))
+                self.ops[-1][1].append((*_config_target(instr), instr.value))
             elif op is Opcode.READ_HOST and n:
                 if ub_read[a:a + n].any():
                     close()
@@ -421,8 +461,11 @@ class _Walk:
                     close()
                 self.ops.append(("activate", a, b, n))
         close()
+        self.ops = [("config", _settled(op[1])) if op[0] == "config" else op
+                    for op in self.ops]
         self.active, self.queue = active, tuple(queue)
         self.words = tuple(model.program[start:start + self.instructions])
+        self.timing_key = timing_key(self.words)
         self.macs = self.mxu_busy_cycles * cfg.rows * cfg.cols
 
     def result(self):

@@ -53,7 +53,7 @@ from .trace import Activity, StallCause
 from ..isa import (DMA_HAZARDS, DMAKind, Instruction, MatmulFlag, Opcode, WriteHostFlag,
                    dma_kind)
 
-__all__ = ["CoreTiming", "Timing", "WorkUnderWay", "may_go", "RUNS_REMEMBERED"]
+__all__ = ["CoreTiming", "Timing", "WorkUnderWay", "may_go", "RUNS_REMEMBERED", "timing_key"]
 
 #: How many runs' timings :meth:`CoreTiming.run` remembers (the least recently used go).
 RUNS_REMEMBERED = 4096
@@ -65,6 +65,11 @@ def _timing_word(word):
     """What of an instruction word the timing depends on: all of it, but for a CONFIG's
     parameter, lane and value."""
     return Opcode.CONFIG.value if Instruction.decode(word).op is Opcode.CONFIG else word
+
+
+def timing_key(words):
+    """What of a run's words its timing depends on (:func:`_timing_word` of each)."""
+    return tuple(map(_timing_word, words))
 
 
 class Timing(dict):
@@ -165,11 +170,12 @@ class CoreTiming:
         self.dma_requested = self.dma_answered = 0
         # the state's attributes, and the type of each that is a sequence (see state())
         if not hasattr(self, "_kinds"):
-            names = sorted(name for name in vars(self) if name != "cfg")
+            names = sorted(name for name in vars(self) if name != "cfg" and name[0] != "_")
             self._kinds = [(name, type(getattr(self, name))
                             if isinstance(getattr(self, name), (list, deque)) else None)
                            for name in names]
             self._names = names
+        self._state = None
 
     # --- one clock ----------------------------------------------------------------------
 
@@ -207,6 +213,7 @@ class CoreTiming:
         row, UB row, count), ``dma`` (kind, addr, count), ``weights`` (tiles), and
         ``matmul_pending`` while a MATMUL is under way (offered or waiting on a hazard).
         Returns the handshakes that happened."""
+        self._state = None
         cfg = self.cfg
         half = cfg.acc_depth // 2
         done = {}
@@ -346,15 +353,20 @@ class CoreTiming:
         return done
 
     def state(self):
-        """Everything that decides what the core does next, as a hashable value."""
-        return tuple(tuple(value) if kind is not None else value
-                     for value, (_, kind) in zip(map(self.__dict__.__getitem__, self._names),
-                                                 self._kinds))
+        """Everything that decides what the core does next, as a hashable value (made again
+        only after a clock)."""
+        if self._state is None:
+            self._state = tuple(
+                tuple(value) if kind is not None else value
+                for value, (_, kind) in zip(map(self.__dict__.__getitem__, self._names),
+                                            self._kinds))
+        return self._state
 
     def restore(self, state):
         """Go back to a :meth:`state`."""
         for (name, kind), value in zip(self._kinds, state):
             setattr(self, name, kind(value) if kind is not None else value)
+        self._state = state
 
     def settle(self, limit=100_000):
         """Idle (no instruction running) until nothing moves."""
@@ -367,7 +379,8 @@ class CoreTiming:
 
     # --- a run --------------------------------------------------------------------------
 
-    def run(self, trace, *, error=False, host_rows=0, max_cycles=10_000_000, recorder=None):
+    def run(self, trace, *, error=False, host_rows=0, max_cycles=10_000_000, recorder=None,
+            key=None):
         """Time a run that executed ``trace`` (the words of the instructions the ISA model
         retired, a final HALT included) and then, if ``error``, stopped at a bad
         instruction. ``host_rows`` rows are offered for READ_HOST. Returns :class:`Timing`;
@@ -377,11 +390,12 @@ class CoreTiming:
         The timing of a run depends on nothing but the state it starts from and these
         arguments, so a run seen before is not stepped again: its counters and the state
         it ends in are remembered (:data:`RUNS_REMEMBERED` of them), which is what makes
-        the golden back end fast on the driver's repeated programs."""
+        the golden back end fast on the driver's repeated programs. ``key``: the trace's
+        :func:`timing_key`, if the caller has it."""
         if recorder is not None:
             return self._step_run(trace, error, host_rows, max_cycles, recorder)
         start = self.state()
-        key = (self.cfg, start, tuple(map(_timing_word, trace)), error, host_rows)
+        key = (self.cfg, start, timing_key(trace) if key is None else key, error, host_rows)
         known = _runs.get(key)
         if known is None:
             counters = self._step_run(trace, error, host_rows, max_cycles, None)
