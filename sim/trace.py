@@ -249,7 +249,7 @@ class Trace:
     def save(self, path):
         """Write the Chrome trace-event JSON file ``path``."""
         with open(path, "w") as file:
-            json.dump({"traceEvents": self.events(), "displayTimeUnit": "ns",
+            json.dump({"traceEvents": self.events(),
                        "otherData": {"time unit": "1 us = 1 core cycle",
                                      "config": self.cfg.name, "backend": self.backend}},
                       file, separators=(",", ":"))
