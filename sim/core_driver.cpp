@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "Vtop.h"
 #include "verilated.h"
@@ -30,6 +31,7 @@ void take(const Port& port, void* target, size_t bytes) {
 struct Core {
     VerilatedContext context;
     Vtop top{&context};
+    std::vector<uint8_t> rows_out;  // the rows the last run sent
 
     // Settle the logic after the inputs changed: the clock goes low (no logic acts on
     // its falling edge) and the model evaluates.
@@ -112,17 +114,15 @@ void tpuer_core_load_program(void* handle, const uint64_t* words, int64_t count)
 }
 
 // Rest `rest` cycles, START at `start_pc`, feed the `rows_in` host rows (`in_bytes` each),
-// take every row sent into `rows_out` (`out_bytes` each, room for `out_rows`), until the
-// core stops running. `status` gets state, error, error_pc, cycles, MXU-busy cycles,
+// take every row sent (`out_bytes` each; tpuer_core_rows_out copies them), until the core
+// stops running. `status` gets state, error, error_pc, cycles, MXU-busy cycles,
 // weight-stall cycles, instructions and the samples taken. With `samples` (room for
 // max_cycles + 1 of them), each cycle and then the end add a sample of 6 numbers: the four
 // counters (cycles, MXU-busy, weight-stall, instructions), whether a host row came in and
 // whether one went out.
-// Returns the rows taken, -1 if the core still ran after `max_cycles` cycles, -2 if it
-// sent more than `out_rows` rows.
+// Returns the rows taken, or -1 if the core still ran after `max_cycles` cycles.
 int64_t tpuer_core_run(void* handle, int64_t start_pc, const uint8_t* rows_in,
-                       int64_t in_rows, int64_t in_bytes, uint8_t* rows_out,
-                       int64_t out_rows, int64_t out_bytes, int64_t rest,
+                       int64_t in_rows, int64_t in_bytes, int64_t out_bytes, int64_t rest,
                        int64_t max_cycles, int64_t* status, int64_t* samples) {
     Core& core = *static_cast<Core*>(handle);
     Vtop& top = core.top;
@@ -132,6 +132,7 @@ int64_t tpuer_core_run(void* handle, int64_t start_pc, const uint8_t* rows_in,
     core.tick();
     top.control___05Fstart = 0;
     int64_t sent = 0, taken = 0;
+    core.rows_out.clear();
     bool offered = false, running = true;
     for (int64_t cycle = 0; running; ++cycle) {
         if (cycle == max_cycles) return -1;
@@ -148,8 +149,9 @@ int64_t tpuer_core_run(void* handle, int64_t start_pc, const uint8_t* rows_in,
             ++sent;
         }
         if (row_out) {
-            if (taken == out_rows) return -2;
-            take(top.host_out___05Fpayload, rows_out + taken * out_bytes, out_bytes);
+            core.rows_out.resize((taken + 1) * out_bytes);
+            take(top.host_out___05Fpayload, core.rows_out.data() + taken * out_bytes,
+                 out_bytes);
             ++taken;
         }
         running = top.status___05Fstate == 1;  // CoreState.RUNNING
@@ -171,6 +173,13 @@ int64_t tpuer_core_run(void* handle, int64_t start_pc, const uint8_t* rows_in,
     status[6] = top.status___05Finstructions;
     core.tick();
     return taken;
+}
+
+// The rows the last run sent, into `target` (as many bytes as it returned rows times
+// `out_bytes`).
+void tpuer_core_rows_out(void* handle, uint8_t* target) {
+    Core& core = *static_cast<Core*>(handle);
+    std::memcpy(target, core.rows_out.data(), core.rows_out.size());
 }
 
 }  // extern "C"

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..hw.export import build_block, to_verilog
 from ..hw.lint_waivers import VERILATOR_WAIVERS
-from ..isa import CoreState, ErrorCode, Opcode
+from ..isa import CoreState, ErrorCode
 from .cocotb_backend import build_root, check_simulator, verilator_root
 
 __all__ = ["VerilatorCoreBackend", "build_driver"]
@@ -80,9 +80,10 @@ def _library(cfg):
                                                 ctypes.c_int64]
         lib.tpuer_core_run.restype = ctypes.c_int64
         lib.tpuer_core_run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p,
-                                       ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                       ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+                                       ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                       ctypes.c_void_p]
+        lib.tpuer_core_rows_out.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         _loaded[cfg] = lib
     return lib
 
@@ -120,8 +121,6 @@ class VerilatorCoreBackend:
                 words = np.array([i.word for i in step.program], np.uint64)
                 lib.tpuer_core_load_program(core, words.tobytes(), len(words))
                 rows_in = np.ascontiguousarray(step.host_in, np.int64).astype(np.int8)
-                out_rows = sum(i.count for i in step.program if i.op is Opcode.WRITE_HOST)
-                rows_out = np.zeros((max(out_rows, 1), cfg.ub_lanes), np.int32)
                 # A core that hangs stops at this bound (the cocotb bench's), long before
                 # any budget.
                 bound = 100 * (len(rows_in) + 100) + sum(4 * i.count + 50 for i in step.program)
@@ -129,17 +128,17 @@ class VerilatorCoreBackend:
                 limit = min(bound, left + 2)
                 samples = np.zeros((limit + 1, 6), np.int64) if activity else None
                 taken = lib.tpuer_core_run(core, 0, rows_in.tobytes(), len(rows_in),
-                                           cfg.ub_lanes, rows_out.ctypes.data, out_rows,
-                                           4 * cfg.ub_lanes, rest_cycles(cfg), limit,
-                                           status.ctypes.data,
+                                           cfg.ub_lanes, 4 * cfg.ub_lanes, rest_cycles(cfg),
+                                           limit, status.ctypes.data,
                                            None if samples is None else samples.ctypes.data)
-                if taken == -2:
-                    raise RuntimeError("the core sent more rows than its WRITE_HOSTs ask for")
                 if taken == -1 and bound <= left + 2:
                     raise RuntimeError(f"the core still ran after {bound:,} cycles")
                 if taken == -1 or status[3] > left:
                     raise CycleBudgetError(f"the core ran past the call's cycle budget of "
                                            f"{max_cycles:,} cycles (max_cycles)")
+                rows_out = np.zeros((taken, cfg.ub_lanes), np.int32)
+                if taken:
+                    lib.tpuer_core_rows_out(core, rows_out.ctypes.data)
                 used += int(status[3])
                 seen = None
                 if activity:
