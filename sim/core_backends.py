@@ -42,17 +42,22 @@ class GoldenBackend:
             result = model.run(0, host_in=step.host_in, max_cycles=max_cycles - used,
                                recorder=recorder)
             if trace is not None:
-                trace.add_run(recorder.finish(), model.program[:result.instructions],
-                              useful_macs=step.useful_macs,
-                              host_bytes=run_bytes(self.cfg, len(step.program),
-                                                   len(step.weights), len(step.host_in),
-                                                   len(result.host_out)))
+                _add_run(trace, self.cfg, step, recorder.finish(), model, result,
+                         len(result.host_out))
             used += result.cycles
             yield step, CoreRun(state=result.state, error=result.error,
                                 error_pc=result.error_pc, host_out=result.host_out,
                                 cycles=result.cycles, mxu_busy_cycles=result.mxu_busy_cycles,
                                 weight_stall_cycles=result.weight_stall_cycles,
                                 instructions=result.instructions)
+
+
+def _add_run(trace, cfg, step, recorder, model, result, rows_out):
+    """Add the run of ``step`` on ``model`` (its :class:`~tpuer.sim.trace.Recorder` and
+    ``result``, ``rows_out`` rows sent) to ``trace``."""
+    trace.add_run(recorder, model.program[:result.instructions], useful_macs=step.useful_macs,
+                  host_bytes=run_bytes(cfg, len(step.program), len(step.weights),
+                                       len(step.host_in), rows_out))
 
 
 class TraceMismatch(RuntimeError):
@@ -73,7 +78,7 @@ class TracedBackend:
         self.cfg = cfg
 
     def run(self, steps, *, max_cycles, trace):
-        from .trace import Recorder, per_cycle
+        from .trace import Recorder, first_difference
         model = CoreModel(self.cfg)
         pending = []
 
@@ -90,7 +95,7 @@ class TracedBackend:
             model.load_program(step.program)
             recorder = Recorder()
             result = model.run(0, host_in=step.host_in, max_cycles=1 << 62, recorder=recorder)
-            recorded = per_cycle(recorder.finish())
+            recorder.finish()
             if link is not None:
                 trace.add_link_event("frames", frames=link.requests - sent[0],
                                      retries=link.retries - sent[1])
@@ -100,19 +105,12 @@ class TracedBackend:
                     raise TraceMismatch(f"program {len(trace.runs)}: the {self.rtl.name} "
                                         f"TPU's {name} is {getattr(run, name):,}, the cycle "
                                         f"model's trace has {getattr(result, name):,}")
-            for name, seen in (run.activity or {}).items():
-                said = [int(value) for value in recorded[name]]
-                if seen != said:
-                    cycle = next((i for i, (a, b) in enumerate(zip(seen, said)) if a != b),
-                                 min(len(seen), len(said)))
-                    raise TraceMismatch(
-                        f"program {len(trace.runs)}: the {self.rtl.name} RTL's {name} "
-                        f"differs from the cycle model's trace first in cycle {cycle}")
-            trace.add_run(recorder, model.program[:result.instructions],
-                          useful_macs=step.useful_macs,
-                          host_bytes=run_bytes(self.cfg, len(step.program),
-                                               len(step.weights), len(step.host_in),
-                                               len(run.host_out)))
+            difference = first_difference(run.activity or {}, recorder)
+            if difference is not None:
+                raise TraceMismatch(
+                    f"program {len(trace.runs)}: the {self.rtl.name} RTL's {difference[0]} "
+                    f"differs from the cycle model's trace first in cycle {difference[1]}")
+            _add_run(trace, self.cfg, step, recorder, model, result, len(run.host_out))
             yield step, run
 
 

@@ -127,12 +127,16 @@ class CoreModel:
     def configure(self, instr):
         """Do what CONFIG ``instr`` (checked) does: set its parameter of its lane, or of
         every lane."""
-        param, lanes = _config_target(instr)
+        self._set_params([(*_config_target(instr), instr.value)])
+
+    def _set_params(self, settings):
+        """Set each ``(param, lanes or None, value)`` of ``settings``, in order."""
         self._activation = None
-        if lanes is None:
-            self.params[param] = instr.value
-        else:
-            self.params[param][lanes] = instr.value
+        for param, lanes, value in settings:
+            if lanes is None:
+                self.params[param] = value
+            else:
+                self.params[param][lanes] = value
 
     def _known_params(self):
         """:meth:`activation_params`, made once for each set of values (every block of a
@@ -257,12 +261,7 @@ class CoreModel:
                                                 in_range=True)
                 self.ub.write_block(b, rows, np.arange(cfg.ub_lanes) < cfg.cols)
             else:
-                self._activation = None
-                for param, lanes, value in op[1]:
-                    if lanes is None:
-                        self.params[param] = value
-                    else:
-                        self.params[param][lanes] = value
+                self._set_params(op[1])
         self.active = bank[walk.active].copy()
         self.tiles = deque(bank[index].copy() for index in walk.queue)
 

@@ -17,7 +17,8 @@ from typing import NamedTuple
 
 from ..isa import Instruction
 
-__all__ = ["Activity", "StallCause", "Recorder", "Trace", "TRACKS", "per_cycle"]
+__all__ = ["Activity", "StallCause", "Recorder", "Trace", "TRACKS", "per_cycle",
+           "first_difference"]
 
 
 class StallCause(enum.Enum):
@@ -125,13 +126,17 @@ class Trace:
         self.scopes = []        # (track, name, first cycle, end cycle, args)
         self.link = []          # (cycle, name, args): the serial link's frames and retries
 
+    def add_scope(self, track, name, start, end, **args):
+        """A slice of ``track`` named ``name`` over cycles ``[start, end)``; returns it."""
+        entry = [track, name, start, end, args]
+        self.scopes.append(entry)
+        return entry
+
     @contextlib.contextmanager
     def scope(self, track, name, **args):
         """Enclose the runs added inside the ``with`` block in a slice of ``track``
         (``"operators"`` or ``"layers"``) named ``name``."""
-        start = self.cycles
-        entry = [track, name, start, start, args]
-        self.scopes.append(entry)
+        entry = self.add_scope(track, name, self.cycles, self.cycles, **args)
         try:
             yield entry
         finally:
@@ -148,8 +153,8 @@ class Trace:
                 "host bytes": host_bytes}
         if useful_macs is not None:
             args.update({"useful MACs": useful_macs, "padded MACs": macs - useful_macs})
-        self.scopes.append(["programs", f"program {program}", self.cycles,
-                            self.cycles + recorder.cycles, args])
+        self.add_scope("programs", f"program {program}", self.cycles,
+                       self.cycles + recorder.cycles, **args)
         self.runs.append((self.cycles, recorder, tuple(words), start_pc, program))
         self.cycles += recorder.cycles
 
@@ -270,3 +275,17 @@ def per_cycle(recorder):
             values.extend([value] * (end - start))
         fields[name] = values
     return fields
+
+
+def first_difference(activity, recorder):
+    """Where ``activity`` (what the RTL did, per cycle: :func:`~tpuer.tb.core_tb.rtl_activity`)
+    and ``recorder``'s trace first differ: ``(field, cycle, the RTL's values, the trace's
+    values)``, the values from that cycle on, or ``None`` if they agree."""
+    recorded = per_cycle(recorder)
+    for name, seen in activity.items():
+        said = [int(value) for value in recorded[name]]
+        if seen != said:
+            cycle = next((i for i, (a, b) in enumerate(zip(seen, said)) if a != b),
+                         min(len(seen), len(said)))
+            return name, cycle, seen[cycle:], said[cycle:]
+    return None

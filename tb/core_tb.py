@@ -14,7 +14,7 @@ from ..hw.matrix_unit import matrix_unit_latency
 from ..hw.sequencer import fetch_fill_cycles
 from ..isa import CoreState, ErrorCode, Instruction, Opcode
 from ..sim.isa_model import CoreModel
-from ..sim.trace import Recorder, per_cycle
+from ..sim.trace import Recorder, first_difference
 from .harness import StreamSink, StreamSource, TestbenchError, run_cycles
 from .packing import Codec
 
@@ -303,16 +303,12 @@ def compare_activity(io, cfg, label, rtl, recorder):
     """The cycle model's trace (``recorder``) against what the RTL did (``rtl``,
     :func:`rtl_activity`), cycle for cycle: vectors into the matrix unit, weight stalls,
     instructions retired, host rows in and out."""
-    where = f"[{io.simulator} core {cfg.name}] {label}"
-    model = per_cycle(recorder)
-    for name, rtl_values in rtl.items():
-        want = [int(value) for value in model[name]]
-        if rtl_values != want:
-            cycle = next(i for i, (g, w) in enumerate(zip(rtl_values, want)) if g != w) \
-                if len(rtl_values) == len(want) else min(len(rtl_values), len(want))
-            raise TestbenchError(f"{where}: the trace's {name} differs from the cycle model's "
-                                 f"first in cycle {cycle} (RTL {rtl_values[cycle:cycle + 8]}, "
-                                 f"model {want[cycle:cycle + 8]})")
+    difference = first_difference(rtl, recorder)
+    if difference is not None:
+        name, cycle, seen, said = difference
+        raise TestbenchError(f"[{io.simulator} core {cfg.name}] {label}: the trace's {name} "
+                             f"differs from the cycle model's first in cycle {cycle} (RTL "
+                             f"{seen[:8]}, model {said[:8]})")
 
 
 async def check_program(io, cfg, rng, program, host_rows, weights, label, model, **stream):

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import protocol
 
-__all__ = ["Roofs", "roofs", "profile_rows", "bound_by", "run_profile", "UART_BITS_PER_BYTE"]
+__all__ = ["Roofs", "profile_rows", "bound_by", "run_profile", "UART_BITS_PER_BYTE"]
 
 #: Bits on the line per byte of a UART frame: a start bit, 8 data bits, a stop bit.
 UART_BITS_PER_BYTE = 10
@@ -42,10 +42,6 @@ class Roofs:
         return min(roofs)
 
 
-def roofs(cfg, board=None):
-    return Roofs(cfg, board)
-
-
 def bound_by(cfg, macs, host_bytes, board=None):
     """Which roof bounds work of ``macs`` MACs moving ``host_bytes`` bytes over the host
     link: ``"compute"``, ``"host stream"`` or ``"UART"``."""
@@ -54,8 +50,8 @@ def bound_by(cfg, macs, host_bytes, board=None):
 
 def profile_rows(trace):
     """A row per operator (TFLite), layer (a compiled model) or program (anything else)
-    of ``trace``: name, first cycle, end cycle, cycles, useful MACs, host bytes, busy
-    cycles, and the matrix unit's idle cycles by cause (most first)."""
+    of ``trace``: name, the scope's arguments, first cycle, end cycle, cycles, useful MACs,
+    host bytes, busy cycles, and the matrix unit's idle cycles by cause (most first)."""
     tracks = {scope[0] for scope in trace.scopes}
     track = next(t for t in ("operators", "layers", "programs") if t in tracks)
     programs = [scope for scope in trace.scopes if scope[0] == "programs"]
@@ -68,7 +64,8 @@ def profile_rows(trace):
         if macs is None:
             macs = sum(p[4].get("useful MACs", p[4]["MACs"]) for p in inside)
         busy, stalls = trace.stalls_within(start, end)
-        rows.append({"name": name, "start": start, "end": end, "cycles": end - start,
+        rows.append({"name": name, "args": args, "start": start, "end": end,
+                     "cycles": end - start,
                      "macs": macs, "host_bytes": sum(p[4]["host bytes"] for p in inside),
                      "busy": busy,
                      "stalls": sorted(stalls.items(), key=lambda item: -item[1])})

@@ -699,8 +699,7 @@ class TFLiteModel:
         device.run(self, sample, progress=False)
         cycles = device.operator_cycles
         # which roof bounds each TPU operator (its last, for a run of them)
-        bounds = {int(row["name"].split()[1].split("-")[-1]):
-                  bound_by(cfg, row["macs"], row["host_bytes"])
+        bounds = {row["args"]["operators"][-1]: bound_by(cfg, row["macs"], row["host_bytes"])
                   for row in profile_rows(device.trace)}
         last_of = {run[0].index: run[-1].index for run in self.runs()}
         first_of = {op.index: run[0].index for run in self.runs() for op in run}
