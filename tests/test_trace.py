@@ -292,3 +292,18 @@ def test_serial_back_end_traces_its_link():
     assert len(link) == device.stats["programs"]
     assert sum(args["retries"] for _, _, args in link) == device.stats["link_retries"]
     assert all(args["frames"] >= 1 for _, _, args in link)
+
+
+def test_a_run_of_operators_from_the_first_is_one_slice():
+    """Consecutive FULLY_CONNECTED operators from operator 0 run as one program: one slice
+    names them all and carries all their MACs."""
+    from pathlib import Path
+    model = tpuer.from_tflite(Path(__file__).parent / "data" / "tflite" / "dense.tflite")
+    rng = np.random.default_rng(suite_seed())
+    x = rng.integers(-128, 128, (5, *model.input_shape)).astype(np.int8)
+    device = tpuer.Device(DEMO_CONFIG, trace=True)
+    assert np.array_equal(device.run(model, x), model.reference(x))
+    operators = [s for s in device.trace.scopes if s[0] == "operators"]
+    assert [s[1] for s in operators] == ["ops 0-2 FULLY_CONNECTED"]
+    assert operators[0][4]["operators"] == [0, 1, 2]
+    assert operators[0][4]["MACs"] == device.stats["macs"]

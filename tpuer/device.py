@@ -418,15 +418,14 @@ class Device:
             if operation.on_tpu and operation.layer is None:
                 self.operator_cycles[operation.index] = self.stats["cycles"]
             if self._trace is not None and self._trace.cycles > marks["cycles"]:
-                first = marks["first"] or operation.index
+                first = operation.index if marks["first"] is None else marks["first"]
                 name = (f"op {operation.index} {operation.name}" if first == operation.index
                         else f"ops {first}-{operation.index} {operation.name}")
-                self._trace.scopes.append(["operators", name, marks["cycles"],
-                                           self._trace.cycles,
-                                           {"operators": list(range(first, operation.index + 1)),
-                                            "MACs": sum(op.macs(model) for op in model.operations
-                                                        if first <= op.index <= operation.index)
-                                            * len(x)}])
+                operators = [op for op in model.operations
+                             if first <= op.index <= operation.index]
+                self._trace.add_scope("operators", name, marks["cycles"], self._trace.cycles,
+                                      operators=[op.index for op in operators],
+                                      MACs=sum(op.macs(model) for op in operators) * len(x))
                 marks["cycles"] = self._trace.cycles
             marks["first"] = None
 
