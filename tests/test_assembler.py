@@ -44,6 +44,22 @@ def test_the_example_assembles_to_the_isa_words():
         isa.halt()]
 
 
+def test_whitespace_line_ends_and_unicode_are_text_as_any_editor_writes_it():
+    """Tabs or any run of blanks between a mnemonic and its operands, CRLF and CR line
+    ends, non-breaking spaces and Unicode in comments give the same program."""
+    want = assemble(EXAMPLE)
+    variants = [
+        EXAMPLE.replace(" ", "\t"),
+        EXAMPLE.replace("\n", "\r\n"),
+        EXAMPLE.replace("\n", "\r"),
+        EXAMPLE.replace("    ", "\u00a0\t ").replace("; multiply", "; multiplie \u00e9 \u2192"),
+    ]
+    for text in variants:
+        assert assemble(text) == want
+    with pytest.raises(AsmError, match="line 1|:1:|unknown instruction"):
+        assemble("read\u00a0host 0, 1")
+
+
 def test_round_trips_are_exact_for_any_word():
     rng = random.Random(5)
     words = [rng.getrandbits(64) for _ in range(3000)]

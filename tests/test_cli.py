@@ -110,6 +110,10 @@ def _bad_files(folder):
     (["build", "--board", "icebreaker", "--rows", "0"], "rows must be between 1 and 256, not 0"),
     (["verilog", "--cols", "300"], "cols must be between 1 and 256, not 300"),
     (["bench", "--rows", "-1"], "rows must be between 1 and 256, not -1"),
+    (["demo", "--samples", "0"], "--samples must be between 1 and 360, not 0"),
+    (["demo", "--clock-mhz", "-1"], "--clock-mhz must be positive, not -1.0"),
+    (["demo", "matrix-unit", "-m", "0"], "-m must be between 1 and 4096, not 0"),
+    (["demo", "matrix-unit", "--tiles", "65"], "--tiles must be between 1 and 64, not 65"),
 ])
 def test_bad_input_gets_one_line_and_exit_code_2(tmp_path, args, message):
     """Every bad input of every command: one line naming the problem, exit code 2, no

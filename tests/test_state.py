@@ -117,6 +117,18 @@ def test_a_product_over_its_budget_is_refused_with_the_estimate():
     assert device.matmul(a[:3], b, max_cycles=np.int64(10**7)).shape == (3, 256)
 
 
+def test_a_tiny_budget_is_refused_with_the_whole_estimate():
+    """A budget far below one program's cycles still gets the whole call's estimate, which
+    is what the call then takes."""
+    device = tpuer.Device(tpuer.Config(rows=4, cols=4))
+    a, b = np.ones((64, 32), np.int8), np.ones((32, 16), np.int8)
+    with pytest.raises(tpuer.CycleBudgetError, match=r"about [\d,]+ cycles") as error:
+        device.matmul(a, b, max_cycles=22)
+    estimate = int(str(error.value).split("about ")[1].split(" cycles")[0].replace(",", ""))
+    device.matmul(a, b)
+    assert estimate == device.stats["cycles"]
+
+
 def test_the_board_clears_what_earlier_calls_left():
     """The serial back end on a simulated board (its RTL behind a UART on Verilator)
     clears, before each call, what the calls before it left in the core."""

@@ -149,7 +149,7 @@ def assemble(text, name="<program>"):
 
 
 def _instruction(statement, symbols, where):
-    mnemonic, _, rest = statement.partition(" ")
+    mnemonic, rest = (statement.split(None, 1) + [""])[:2]   # any whitespace after it
     operands = [part.strip() for part in rest.split(",")] if rest.strip() else []
     if any(not part for part in operands):
         raise AsmError(f"{where}: an operand is missing in '{statement}'")

@@ -96,12 +96,11 @@ def _digits_and_count(samples, clock_mhz):
     the demo's options."""
     from .digits import load_digits
     if not clock_mhz > 0:
-        raise SystemExit(f"tpuer demo: --clock-mhz must be positive, not {clock_mhz}")
+        raise ValueError(f"--clock-mhz must be positive, not {clock_mhz}")
     digits = load_digits()
     count = len(digits.x_test) if samples is None else samples
     if not 1 <= count <= len(digits.x_test):
-        raise SystemExit(f"tpuer demo: --samples must be between 1 and {len(digits.x_test)}, "
-                         f"not {count}")
+        raise ValueError(f"--samples must be between 1 and {len(digits.x_test)}, not {count}")
     return digits, count
 
 
@@ -135,7 +134,7 @@ def run_network_demo(kind="mlp", cfg=None, *, backend="verilator", samples=None,
 
     cfg = cfg or DEMO_CONFIG
     if kind not in ("mlp", "cnn"):
-        raise SystemExit(f"tpuer demo: the network is mlp or cnn, not {kind!r}")
+        raise ValueError(f"the network is mlp or cnn, not {kind!r}")
     digits, count = _digits_and_count(samples, clock_mhz)
     _say(f"tpuer demo {kind}: scikit-learn's handwritten digits (8x8 pixels), "
          f"{len(digits.x_train)} training and {len(digits.x_test)} test samples")
@@ -248,9 +247,9 @@ def run_matrix_unit_demo(cfg, *, simulator="verilator", m=16, tiles=2, seed=2026
     from .sim import cocotb_backend as backend
 
     if not 1 <= m <= 4096:
-        raise SystemExit(f"tpuer demo: -m must be between 1 and 4096, not {m}")
+        raise ValueError(f"-m must be between 1 and 4096, not {m}")
     if not 1 <= tiles <= 64:
-        raise SystemExit(f"tpuer demo: --tiles must be between 1 and 64, not {tiles}")
+        raise ValueError(f"--tiles must be between 1 and 64, not {tiles}")
     _say(f"tpuer demo: a {cfg.rows}x{cfg.cols} weight-stationary systolic array "
          f"(int{cfg.operand_width} x int{cfg.operand_width} -> int{cfg.acc_width}), "
          f"Weight FIFO {cfg.weight_fifo_tiles} tiles deep")

@@ -22,6 +22,8 @@ CYCLE_BUDGETS = {"golden": 30_000_000, "pysim": 1_000_000, "verilator": 100_000_
                  "icarus": 500_000, "serial": 10_000_000_000}
 #: A call estimated above this many cycles shows a progress bar on a terminal.
 PROGRESS_CYCLES = 1_000_000
+#: A refused call's estimate times each program up to this many cycles (or the budget).
+ESTIMATE_LIMIT = 1_000_000
 
 
 @dataclass
@@ -227,12 +229,14 @@ class Device:
 
     def _refuse_above(self, budget, templates, what):
         """Refuse the call if the cycle model's estimate of ``templates`` ((count, program)
-        pairs) exceeds ``budget``; return the estimate."""
+        pairs) exceeds ``budget``, the estimate in the message (each program timed up to
+        :data:`ESTIMATE_LIMIT` cycles, or ``budget`` if larger); return the estimate."""
         from .sim.isa_model import estimate_cycles
         estimate, cut = 0, False
+        limit = max(budget, ESTIMATE_LIMIT)
         for count, program in templates:
-            cycles = estimate_cycles(self.config, program, budget)
-            cut = cut or cycles > budget
+            cycles = estimate_cycles(self.config, program, limit)
+            cut = cut or cycles > limit
             estimate += count * cycles
         if estimate > budget:
             raise CycleBudgetError(
