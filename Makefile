@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench lint fuzz prove clean board
+.PHONY: demo test bench lint fuzz fuzz-tflite prove clean board
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ fuzz: $(VENV)/.installed
 	TPUER_REQUIRE_ALL_SIMULATORS=1 TPUER_CAMPAIGN_INSTRUCTIONS=$(INSTRUCTIONS) \
 	TPUER_CAMPAIGN_SHARDS=$(SHARDS) $(if $(SECONDS),TPUER_CAMPAIGN_SECONDS=$(SECONDS)) \
 	$(BIN)/python -m pytest -n auto -s tests/test_campaign.py
+
+# make fuzz-tflite [MUTANTS=1000]: damaged copies of the shipped and test TFLite models,
+# each run by tpuer and by LiteRT, MUTANTS per model, a fresh seed (TPUER_SEED=N repeats)
+fuzz-tflite: $(VENV)/.installed
+	TPUER_TFLITE_MUTANTS=$(or $(MUTANTS),1000) $(BIN)/python -m pytest -n auto -s \
+	tests/campaign_tflite_fuzz.py
 
 # make board BOARD=ulx3s-85f [BUILD_ARGS="--rows 2 --cols 2"]: a bitstream with the open
 # toolchain from PyPI, and its report

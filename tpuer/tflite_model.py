@@ -129,10 +129,15 @@ class _MatrixOperation(Operation):
     after it follows the kernel's own arithmetic."""
 
     on_tpu = True
+    #: The rank of the operator's filter tensor.
+    FILTER_RANK = 4
 
     def _check(self, model):
         self._input = self._tensor(model, 0, constant=False)
         self._filter = self._tensor(model, 1, constant=True)
+        if len(self._filter.shape) != self.FILTER_RANK or 0 in self._filter.shape:
+            self._fail(f"its filter {self._filter.name!r} has shape {self._filter.shape}, not "
+                       f"{self.FILTER_RANK} non-zero sizes")
         self._output = self._output_tensor(model)
         self._bias = None
         if len(self.inputs) > 2 and self.inputs[2] >= 0:
@@ -143,6 +148,13 @@ class _MatrixOperation(Operation):
             if len(tensor.scale) != 1:
                 self._fail(f"tensor {tensor.name!r} is quantised per channel; only weights "
                            f"may be")
+        if np.any(self._filter.zero_point):
+            self._fail(f"its int8 weights {self._filter.name!r} must be quantised "
+                       f"symmetrically (zero point 0, as LiteRT's kernels require), not with "
+                       f"zero point {int(self._filter.zero_point[np.flatnonzero(self._filter.zero_point)[0]])}")
+        if self._bias is not None and self._bias.data.size != self._channels():
+            self._fail(f"its bias has {self._bias.data.size} values for "
+                       f"{self._channels()} output channels")
 
     def _prepare(self):
         """:attr:`layer`: the operator as a :class:`~tpuer.quantize.QuantizedLayer` of the
@@ -159,9 +171,6 @@ class _MatrixOperation(Operation):
         weights = self._weights.astype(np.int64)
         (input_scale, input_zero), (output_scale, output_zero) = (
             self._input.quantization, self._output.quantization)
-        if np.any(self._filter_zero_points()):
-            self.host_requantisation = "its weights' zero point is not 0"
-            return
         bias = np.zeros(weights.shape[1], np.int64) if self._bias is None else \
             self._bias.data.astype(np.int64)
         bias = bias - input_zero * weights.sum(axis=0)
@@ -225,6 +234,8 @@ class FullyConnected(_MatrixOperation):
     """FULLY_CONNECTED: ``x (.., K) @ W.T``; requantised in float64 as its reference kernel
     does (``round(acc * s_in * s_w / s_out)``)."""
 
+    FILTER_RANK = 2
+
     def _check(self, model):
         super()._check(model)
         if self.options.get("weights_format", 0) != 0:
@@ -272,6 +283,7 @@ class _Convolution(_MatrixOperation):
         super()._check(model)
         if len(self._input.shape) != 4:
             self._fail(f"its input has shape {self._input.shape}, not (N, H, W, C)")
+        _check_window_options(self, ("stride_h", "stride_w", "dilation_h", "dilation_w"))
         pairs = [kernels.tflite_multiplier(scale) for scale in self._effective_scales()]
         self._multipliers = np.array([m for m, _ in pairs], np.int64)
         self._exponents = np.array([e for _, e in pairs], np.int64)
@@ -343,8 +355,8 @@ class DepthwiseConv2D(_Convolution):
         super()._check(model)
         _, kh, kw, out_channels = self._filter.shape
         channels = self._input.shape[3]
-        multiplier = self.options["depth_multiplier"] or out_channels // channels
-        if channels * multiplier != out_channels:
+        multiplier = self.options["depth_multiplier"] or out_channels // max(channels, 1)
+        if channels < 1 or multiplier < 1 or channels * multiplier != out_channels:
             self._fail(f"{out_channels} output channels are not {channels} input channels "
                        f"times the depth multiplier {multiplier}")
         filters = self._filter.data.reshape(self._filter.shape)[0]            # (KH, KW, OC)
@@ -355,10 +367,31 @@ class DepthwiseConv2D(_Convolution):
         self._useful = kh * kw * out_channels
 
 
+def _check_size(operation, elements):
+    """Refuse a tensor of more than :data:`MAX_TENSOR_BYTES` elements before it is made."""
+    if elements > MAX_TENSOR_BYTES:
+        operation._fail(f"it would make a tensor of {elements:,} elements, more than "
+                        f"{MAX_TENSOR_BYTES:,}")
+
+
+def _check_window_options(operation, names):
+    """Refuse a window's sizes, strides or dilations below 1, or an unknown padding."""
+    for name in names:
+        value = operation.options.get(name)
+        if value is None or value < 1:
+            operation._fail(f"its option {name} is {value}; it must be 1 or more")
+    if operation.options.get("padding") not in PADDINGS:
+        operation._fail(f"its padding {operation.options.get('padding')} is not SAME (0) or "
+                        f"VALID (1)")
+
+
 class _Pool(Operation):
     def _check(self, model):
         self._input = self._tensor(model, 0, constant=False)
         self._output = self._output_tensor(model)
+        if len(self._input.shape) != 4:
+            self._fail(f"its input has shape {self._input.shape}, not (N, H, W, C)")
+        _check_window_options(self, ("filter_h", "filter_w", "stride_h", "stride_w"))
         if self._input.quantization != self._output.quantization:
             self._fail("its input and output are quantised differently")
         self.bounds = kernels.activation_range(self._activation(),
@@ -389,6 +422,9 @@ class Mean(Operation):
         self._output = self._output_tensor(model)
         axes = self._tensor(model, 1, dtypes=(np.int32,), constant=True).data
         rank = len(self._input.shape)
+        if any(not -rank <= int(a) < rank for a in np.ravel(axes)):
+            self._fail(f"its axes {np.ravel(axes).tolist()} are not all axes of a rank-{rank} "
+                       f"input")
         self._axes = sorted({int(a) % rank for a in np.ravel(axes)})
         if 0 in self._axes:
             self._fail("it averages over the batch")
@@ -467,6 +503,8 @@ class Pad(Operation):
             self._fail("it must pad every axis but the batch, given as (rank, 2) paddings")
         if np.any(self._paddings < 0):
             self._fail("negative paddings are not supported")
+        _check_size(self, int(np.prod([size + int(pad.sum()) for size, pad in
+                                       zip(self._input.shape, self._paddings)], dtype=object)))
         _, self._value = self._output.quantization
         if len(self.inputs) > 2:
             self._value = int(self._tensor(model, 2, constant=True).data.reshape(-1)[0])
@@ -498,15 +536,27 @@ class _BlockOperation(Operation):
 
 class SpaceToBatchND(_BlockOperation):
     def run(self, model, values, matmul):
+        x = values[self.inputs[0]]
+        padded = [size + int(self._edges[axis].sum()) for axis, size in enumerate(x.shape[1:3])]
+        if any(size % block for size, block in zip(padded, self._block)):
+            self._fail(f"its padded rows and columns {padded} are not multiples of its block "
+                       f"shape {list(self._block)}")
+        _check_size(self, len(x) * padded[0] * padded[1] * x.shape[3])
         _, zero = self._output.quantization
-        values[self.outputs[0]] = kernels.space_to_batch(values[self.inputs[0]], self._block,
-                                                         self._edges, zero)
+        values[self.outputs[0]] = kernels.space_to_batch(x, self._block, self._edges, zero)
 
 
 class BatchToSpaceND(_BlockOperation):
     def run(self, model, values, matmul):
-        values[self.outputs[0]] = kernels.batch_to_space(values[self.inputs[0]], self._block,
-                                                         self._edges)
+        x = values[self.inputs[0]]
+        bh, bw = self._block
+        if len(x) % (bh * bw):
+            self._fail(f"its input's batch {len(x)} is not a multiple of its block shape "
+                       f"{list(self._block)}")
+        if any(int(self._edges[axis].sum()) > size * block for axis, (size, block) in
+               enumerate(zip(x.shape[1:3], self._block))):
+            self._fail(f"its crops {self._edges.tolist()} are larger than its output")
+        values[self.outputs[0]] = kernels.batch_to_space(x, self._block, self._edges)
 
 
 class Reshape(Operation):
@@ -518,6 +568,17 @@ class Reshape(Operation):
         self._output = self._output_tensor(model)
         if self._input.quantization != self._output.quantization:
             self._fail("its input and output are quantised differently")
+        declared = [int(np.prod(t.shape[1:], dtype=object)) for t in (self._input, self._output)]
+        if declared[0] != declared[1]:
+            self._fail(f"its input {self._input.shape} and output {self._output.shape} hold "
+                       f"different numbers of elements per sample")
+        shape = model.tensors[self.inputs[1]] if self.name == "RESHAPE" and \
+            len(self.inputs) > 1 and self.inputs[1] >= 0 else None
+        if shape is not None and shape.data is not None and np.all(shape.data >= 0):
+            wanted = int(np.prod(shape.data.astype(object)))
+            if wanted != int(np.prod(self._input.shape, dtype=object)):
+                self._fail(f"its new shape {shape.data.tolist()} holds {wanted:,} elements, "
+                           f"its input {self._input.shape}")
 
     def run(self, model, values, matmul):
         x = values[self.inputs[0]]
@@ -585,8 +646,15 @@ class TFLiteModel:
         self.output = tensors[output_index]
         self.operations = []
         for index, name, inputs, outputs, options in operations:
-            self.operations.append(SUPPORTED_OPERATORS[name](self, index, name, inputs,
-                                                             outputs, options))
+            try:
+                self.operations.append(SUPPORTED_OPERATORS[name](self, index, name, inputs,
+                                                                 outputs, options))
+            except TFLiteError:
+                raise
+            except (ValueError, IndexError, KeyError, OverflowError, ZeroDivisionError,
+                    TypeError) as error:
+                raise TFLiteError(f"operator {index} ({name}): its tensors do not fit "
+                                  f"together ({type(error).__name__}: {error})") from None
         self._runs = None
         self._run_models = {}      # the QuantizedModel of each run on the TPU, made once
 
@@ -653,7 +721,14 @@ class TFLiteModel:
         for run in self.runs() if layers is not None else [[op] for op in self.operations]:
             first, last = run[0], run[-1]
             if layers is None or getattr(first, "layer", None) is None:
-                first.run(self, values, matmul)
+                try:
+                    first.run(self, values, matmul)
+                except TFLiteError:
+                    raise
+                except (ValueError, IndexError, KeyError, OverflowError,
+                        ZeroDivisionError, MemoryError) as error:
+                    first._fail(f"its tensors do not fit together ({type(error).__name__}: "
+                                f"{error})")
             else:
                 rows, shape = first.rows(values[first.inputs[0]])
                 if len(run) > 1:
@@ -762,17 +837,90 @@ def from_tflite(source):
     try:
         model = tflite.Model.GetRootAsModel(data, 0)
         graph, tensors, operations = _parse(tflite, model)
+        inputs, outputs = list(graph.InputsAsNumpy()), list(graph.OutputsAsNumpy())
     except TFLiteError:
         raise
     except Exception as error:          # the flatbuffer's own checks: a damaged file
         raise TFLiteError(f"the TFLite file is damaged: {type(error).__name__}: {error}") \
             from None
-    inputs, outputs = list(graph.InputsAsNumpy()), list(graph.OutputsAsNumpy())
     if len(inputs) != 1 or len(outputs) != 1:
         raise TFLiteError(f"the model has {len(inputs)} inputs and {len(outputs)} outputs; "
                           f"tpuer runs models with one of each")
+    _validate(tensors, operations, [int(i) for i in inputs + outputs])
+    if not any(int(outputs[0]) in op[3] for op in operations):
+        raise TFLiteError(f"the model's output, tensor {int(outputs[0])}, is computed by no "
+                          f"operator")
     needed = _needed(operations, outputs[0], inputs[0], tensors)
     return TFLiteModel(tensors, needed, int(inputs[0]), int(outputs[0]))
+
+
+#: The largest TensorType of the TFLite schema (BFLOAT16).
+MAX_TENSOR_TYPE = 18
+#: The most bytes tpuer accepts in one tensor, as LiteRT's 32-bit size arithmetic does.
+MAX_TENSOR_BYTES = (1 << 31) - 1
+#: The range of a zero point of each quantised type.
+_ZERO_POINT_RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255),
+                      np.dtype(np.int16): (0, 0), np.dtype(np.int32): (0, 0),
+                      np.dtype(np.int64): (0, 0)}
+
+
+def _validate(tensors, operations, graph_tensors):
+    """Check every index, size and quantisation parameter of the model, before anything
+    is allocated or run, against what the TFLite schema and LiteRT's interpreter accept
+    (and what a converter writes); a :class:`TFLiteError` names the tensor or operator, its
+    index and the rule."""
+    count = len(tensors)
+    for i in graph_tensors:
+        if not 0 <= i < count:
+            raise TFLiteError(f"the subgraph's input or output is tensor {i}; it has "
+                              f"tensors 0 to {count - 1}")
+    for index, tensor in tensors.items():
+        _validate_tensor(index, tensor)
+    for index, name, inputs, outputs, _ in operations:
+        for kind, indices, lowest in (("input", inputs, -1), ("output", outputs, 0)):
+            for i in indices:
+                if not lowest <= i < count:
+                    raise TFLiteError(f"operator {index} ({name}): its {kind} tensor index "
+                                      f"{i} is out of range (the subgraph has {count} "
+                                      f"tensors)")
+        both = set(inputs) & set(outputs)
+        if both:
+            raise TFLiteError(f"operator {index} ({name}): tensor {min(both)} is both its "
+                              f"input and its output")
+
+
+def _validate_tensor(index, tensor):
+    where = f"tensor {index} ({tensor.name!r})"
+    if any(d < 0 for d in tensor.shape):
+        raise TFLiteError(f"{where}: its shape {tensor.shape} has a negative size")
+    size = int(np.prod(tensor.shape, dtype=object)) if tensor.shape else 1
+    itemsize = np.dtype(tensor.dtype).itemsize if tensor.dtype is not None else 1
+    if size * itemsize > MAX_TENSOR_BYTES:
+        raise TFLiteError(f"{where}: its shape {tensor.shape} holds {size:,} elements, more "
+                          f"than {MAX_TENSOR_BYTES:,} bytes")
+    if tensor.data is not None and tensor.data.size != size:
+        raise TFLiteError(f"{where}: its buffer holds {tensor.data.size:,} values, its shape "
+                          f"{tensor.shape} {size:,}")
+    if tensor.scale is None:
+        return
+    scales, zeros = tensor.scale, tensor.zero_point
+    if len(zeros) != len(scales):
+        raise TFLiteError(f"{where}: {len(scales)} scales but {len(zeros)} zero points")
+    if len(scales) > 1:
+        if not 0 <= tensor.axis < len(tensor.shape):
+            raise TFLiteError(f"{where}: its quantised dimension {tensor.axis} is not an axis "
+                              f"of its shape {tensor.shape}")
+        if len(scales) != tensor.shape[tensor.axis]:
+            raise TFLiteError(f"{where}: {len(scales)} scales along axis {tensor.axis} of size "
+                              f"{tensor.shape[tensor.axis]}")
+    if not np.all(np.isfinite(scales)) or np.any(scales <= 0):
+        raise TFLiteError(f"{where}: its scales must be positive and finite, not "
+                          f"{scales[:4].tolist()}")
+    low, high = _ZERO_POINT_RANGES.get(np.dtype(tensor.dtype) if tensor.dtype else None,
+                                       (None, None))
+    if low is not None and (zeros.min() < low or zeros.max() > high):
+        raise TFLiteError(f"{where}: a zero point of {tensor.dtype.__name__} must be in "
+                          f"[{low}, {high}], not {zeros[(zeros < low) | (zeros > high)][0]}")
 
 
 def _parse(tflite, model):
@@ -785,6 +933,8 @@ def _parse(tflite, model):
     tensors = {}
     for index in range(graph.TensorsLength()):
         tensor = graph.Tensors(index)
+        if not 0 <= tensor.Type() <= MAX_TENSOR_TYPE:
+            raise TFLiteError(f"tensor {index}: its type {tensor.Type()} is not a TFLite type")
         dtype = _DTYPES.get(tensor.Type())
         quantization = tensor.Quantization()
         scale = zero_point = None
@@ -794,7 +944,10 @@ def _parse(tflite, model):
             zero_point = quantization.ZeroPointAsNumpy().astype(np.int64)
             axis = quantization.QuantizedDimension()
         constant = None
-        buffer = buffers[tensor.Buffer()] if tensor.Buffer() < len(buffers) else None
+        if tensor.Buffer() >= len(buffers):
+            raise TFLiteError(f"tensor {index}: its buffer index {tensor.Buffer()} is out of "
+                              f"range (the model has {len(buffers)} buffers)")
+        buffer = buffers[tensor.Buffer()]
         if buffer is not None and buffer.DataLength() and dtype is not None:
             constant = np.frombuffer(buffer.DataAsNumpy().tobytes(), dtype=np.dtype(dtype)
                                      .newbyteorder("<")).astype(dtype)
@@ -804,14 +957,29 @@ def _parse(tflite, model):
     operations = []
     for index in range(graph.OperatorsLength()):
         op = graph.Operators(index)
+        if op.OpcodeIndex() >= model.OperatorCodesLength():
+            raise TFLiteError(f"operator {index}: its operator code index {op.OpcodeIndex()} "
+                              f"is out of range (the model has {model.OperatorCodesLength()})")
         code = model.OperatorCodes(op.OpcodeIndex())
-        number = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        number = _builtin_code(code)
         name = BUILTIN_OPCODE2NAME.get(number, f"builtin {number}")
         if number == 32:        # CUSTOM
             name = f"CUSTOM {code.CustomCode().decode(errors='replace')}"
         operations.append((index, name, [int(i) for i in op.InputsAsNumpy()],
                            [int(i) for i in op.OutputsAsNumpy()], _options(tflite, op)))
     return graph, tensors, operations
+
+
+def _builtin_code(code):
+    """The operator code's builtin operator as LiteRT reads it: the larger of its
+    ``builtin_code`` field and its ``deprecated_builtin_code`` (the ``tflite`` package's
+    own ``BuiltinCode()`` answers the deprecated field whenever the new one is below 127,
+    which is not what LiteRT does)."""
+    import flatbuffers
+    offset = code._tab.Offset(10)
+    raw = code._tab.Get(flatbuffers.number_types.Int32Flags, offset + code._tab.Pos) \
+        if offset else 0
+    return max(raw, code.DeprecatedBuiltinCode())
 
 
 def _needed(operations, output, model_input, tensors):
