@@ -43,6 +43,8 @@ class Verdict:
     output: np.ndarray | None = None
     error: str = ""
     crashed: bool = False
+    #: no verdict could be had (LiteRT's Python wrapper failed around its interpreter)
+    unjudged: bool = False
 
 
 # --- mutations -------------------------------------------------------------------------
@@ -177,6 +179,10 @@ def _litert(data, seed):
         interpreter.invoke()
         output = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
         return Verdict(True, output=np.array(output)), x
+    except (UnicodeDecodeError, MemoryError) as error:
+        # LiteRT's Python side (a tensor's name, an input this process cannot hold), not
+        # its interpreter: no verdict
+        return Verdict(False, error=f"{type(error).__name__}: {error}", unjudged=True), None
     except Exception as error:           # LiteRT refuses in many ways; each is a refusal
         return Verdict(False, error=f"{type(error).__name__}: {error}"), None
 
@@ -253,6 +259,8 @@ def judge(litert, mine):
                 litert.output.dtype == mine.output.dtype and
                 np.array_equal(litert.output, mine.output))
         return None if same else "both ran, outputs differ"
+    if litert.unjudged or litert.crashed:     # no oracle: LiteRT itself failed
+        return None
     if not litert.ran and mine.ran:
         return f"LiteRT refuses ({litert.error[:120]}), tpuer runs it"
     return None

@@ -218,8 +218,13 @@ class _MatrixOperation(Operation):
         as the kernels' Prepare computes it."""
         input_scale, _ = self._input.quantization
         output_scale, _ = self._output.quantization
-        return np.array([float(input_scale) * float(scale) / float(output_scale)
-                         for scale in self._filter_scales()])
+        scales = np.array([float(input_scale) * float(scale) / float(output_scale)
+                           for scale in self._filter_scales()])
+        if scales.max() >= MAX_EFFECTIVE_SCALE:
+            self._fail(f"its requantisation scale s_in * s_w / s_out reaches "
+                       f"{scales.max():.3g}; tpuer takes scales below "
+                       f"{MAX_EFFECTIVE_SCALE:g} (a converter's are about 1 or less)")
+        return scales
 
     def _product(self, rows, weights, matmul):
         """``(rows - z_in) @ (weights - z_w) + bias``, int64, the product on ``matmul``."""
@@ -506,8 +511,11 @@ class Pad(Operation):
         _check_size(self, int(np.prod([size + int(pad.sum()) for size, pad in
                                        zip(self._input.shape, self._paddings)], dtype=object)))
         _, self._value = self._output.quantization
-        if len(self.inputs) > 2:
-            self._value = int(self._tensor(model, 2, constant=True).data.reshape(-1)[0])
+        if len(self.inputs) > 2 and self.inputs[2] >= 0:
+            value = self._tensor(model, 2, constant=True)
+            if value.data.size != 1 or value.quantization != self._output.quantization:
+                self._fail("its constant value must be one value quantised as its output")
+            self._value = int(value.data.reshape(-1)[0])
 
     def run(self, model, values, matmul):
         values[self.outputs[0]] = kernels.pad(values[self.inputs[0]], self._paddings,
@@ -574,11 +582,26 @@ class Reshape(Operation):
                        f"different numbers of elements per sample")
         shape = model.tensors[self.inputs[1]] if self.name == "RESHAPE" and \
             len(self.inputs) > 1 and self.inputs[1] >= 0 else None
-        if shape is not None and shape.data is not None and np.all(shape.data >= 0):
-            wanted = int(np.prod(shape.data.astype(object)))
-            if wanted != int(np.prod(self._input.shape, dtype=object)):
-                self._fail(f"its new shape {shape.data.tolist()} holds {wanted:,} elements, "
-                           f"its input {self._input.shape}")
+        if shape is not None and shape.data is not None:
+            self._check_new_shape([int(d) for d in np.ravel(shape.data)])
+
+    def _check_new_shape(self, new):
+        """A constant new shape, as LiteRT's RESHAPE reads it: at most one -1 (the size
+        that makes the element counts equal), no other negative size, the input's element
+        count, and the output tensor's shape but the batch."""
+        total = int(np.prod(self._input.shape, dtype=object))
+        if new.count(-1) > 1 or any(d < -1 for d in new):
+            self._fail(f"its new shape {new} has a negative size")
+        known = int(np.prod([d for d in new if d != -1], dtype=object))
+        if -1 in new:
+            if known == 0 or total % known:
+                self._fail(f"its new shape {new} does not fit its input {self._input.shape}")
+            new = [total // known if d == -1 else d for d in new]
+        elif known != total:
+            self._fail(f"its new shape {new} holds {known:,} elements, its input "
+                       f"{self._input.shape} {total:,}")
+        if tuple(new[1:]) != tuple(self._output.shape[1:]):
+            self._fail(f"its new shape {new} is not its output's {self._output.shape}")
 
     def run(self, model, values, matmul):
         x = values[self.inputs[0]]
@@ -626,7 +649,8 @@ def _options(tflite, op):
               "dilation_h": "DilationHFactor", "dilation_w": "DilationWFactor",
               "depth_multiplier": "DepthMultiplier", "filter_h": "FilterHeight",
               "filter_w": "FilterWidth", "keep_num_dims": "KeepNumDims",
-              "weights_format": "WeightsFormat", "keep_dims": "KeepDims", "beta": "Beta"}
+              "weights_format": "WeightsFormat", "keep_dims": "KeepDims", "beta": "Beta",
+              "values_count": "ValuesCount", "axis": "Axis"}
     return {key: getattr(options, method)() for key, method in fields.items()
             if hasattr(options, method)}
 
@@ -646,6 +670,9 @@ class TFLiteModel:
         self.output = tensors[output_index]
         self.operations = []
         for index, name, inputs, outputs, options in operations:
+            if name not in SUPPORTED_OPERATORS:
+                raise TFLiteError(f"operator {index} ({name}) is not supported; tpuer runs "
+                                  f"{', '.join(sorted(SUPPORTED_OPERATORS))}")
             try:
                 self.operations.append(SUPPORTED_OPERATORS[name](self, index, name, inputs,
                                                                  outputs, options))
@@ -720,29 +747,34 @@ class TFLiteModel:
         values = {self.input.index: x}
         for run in self.runs() if layers is not None else [[op] for op in self.operations]:
             first, last = run[0], run[-1]
-            if layers is None or getattr(first, "layer", None) is None:
-                try:
-                    first.run(self, values, matmul)
-                except TFLiteError:
-                    raise
-                except (ValueError, IndexError, KeyError, OverflowError,
-                        ZeroDivisionError, MemoryError) as error:
-                    first._fail(f"its tensors do not fit together ({type(error).__name__}: "
-                                f"{error})")
-            else:
-                rows, shape = first.rows(values[first.inputs[0]])
-                if len(run) > 1:
-                    shape = (-1, last.layer.n)
-                model = self._run_models.get(first.index)
-                if model is None:
-                    model = self._run_models[first.index] = QuantizedModel(
-                        [op.layer for op in run], input_shape=(first.layer.k,),
-                        input_scale=first.layer.input_scale,
-                        input_zero_point=first.layer.input_zero_point)
-                values[last.outputs[0]] = np.asarray(layers(run, model, rows)).reshape(shape)
+            try:
+                self._run_operators(run, values, matmul, layers)
+            except TFLiteError:
+                raise
+            except (ValueError, IndexError, KeyError, OverflowError, ZeroDivisionError,
+                    MemoryError) as error:
+                first._fail(f"its tensors do not fit together ({type(error).__name__}: "
+                            f"{error})")
             if after is not None:
                 after(last, values[last.outputs[0]])
         return values[self.output.index]
+
+    def _run_operators(self, run, values, matmul, layers):
+        """One run of :meth:`run`: its outputs into ``values``."""
+        first, last = run[0], run[-1]
+        if layers is None or getattr(first, "layer", None) is None:
+            first.run(self, values, matmul)
+            return
+        rows, shape = first.rows(values[first.inputs[0]])
+        if len(run) > 1:
+            shape = (-1, last.layer.n)
+        model = self._run_models.get(first.index)
+        if model is None:
+            model = self._run_models[first.index] = QuantizedModel(
+                [op.layer for op in run], input_shape=(first.layer.k,),
+                input_scale=first.layer.input_scale,
+                input_zero_point=first.layer.input_zero_point)
+        values[last.outputs[0]] = np.asarray(layers(run, model, rows)).reshape(shape)
 
     def reference(self, x):
         """The output for ``x`` computed in NumPy: what LiteRT's interpreter with its
@@ -851,9 +883,62 @@ def from_tflite(source):
         raise TFLiteError(f"the model's output, tensor {int(outputs[0])}, is computed by no "
                           f"operator")
     needed = _needed(operations, outputs[0], inputs[0], tensors)
-    return TFLiteModel(tensors, needed, int(inputs[0]), int(outputs[0]))
+    model = TFLiteModel(tensors, needed, int(inputs[0]), int(outputs[0]))
+    # LiteRT prepares every operator, the output's or not: so are they checked here.
+    chosen = {op[0] for op in needed}
+    for op in operations:
+        if op[0] in chosen:
+            continue
+        if op[1] in _SHAPE_OPERATORS:
+            _check_shape_operator(tensors, *op)
+        else:
+            TFLiteModel(tensors, [op], int(inputs[0]), int(outputs[0]))
+    return model
 
 
+#: Operators that only compute a RESHAPE's new shape (tpuer reshapes to the output tensor's
+#: shape, so it never runs them); LiteRT prepares them all the same, so tpuer checks what
+#: their Prepare checks.
+_SHAPE_OPERATORS = ("SHAPE", "STRIDED_SLICE", "PACK")
+
+
+def _check_shape_operator(tensors, index, name, inputs, outputs, options):
+    def fail(problem):
+        raise TFLiteError(f"operator {index} ({name}): {problem}")
+
+    if len(outputs) != 1 or any(i < 0 for i in inputs):
+        fail("it must have its inputs and one output")
+    values = [tensors[i] for i in inputs]
+    output = tensors[outputs[0]]
+    if name == "SHAPE":
+        if len(values) != 1 or output.dtype not in (np.int32, np.int64):
+            fail("it takes one input and gives int32 or int64")
+    elif name == "STRIDED_SLICE":
+        if len(values) != 4:
+            fail(f"it has {len(values)} inputs, not 4")
+        if len(values[0].shape) > 5 or values[0].dtype != output.dtype:
+            fail("its input must have at most 5 axes and its output's type")
+        ends = values[1:]
+        if any(t.dtype != np.int32 or len(t.shape) != 1 for t in ends) or \
+                len({t.shape for t in ends}) != 1:
+            fail("its begin, end and strides must be int32 vectors of one length")
+        if values[3].data is not None and np.any(values[3].data == 0):
+            fail("its strides must not be 0")
+    else:                                                      # PACK
+        count, axis = options.get("values_count", 0), options.get("axis", 0)
+        if count < 1 or len(values) != count:
+            fail(f"it has {len(values)} inputs but values_count {count}")
+        if len({(t.shape, t.dtype) for t in values}) != 1 or output.dtype != values[0].dtype:
+            fail("its inputs must have one shape and one type, its output's")
+        if not -(len(values[0].shape) + 1) <= axis <= len(values[0].shape):
+            fail(f"its axis {axis} is out of range")
+
+
+#: The largest requantisation scale (``s_in * s_w / s_out``) tpuer takes: far beyond any a
+#: converter writes, and below those at which the kernels' int32 arithmetic overflows.
+MAX_EFFECTIVE_SCALE = float(1 << 16)
+#: The largest BuiltinOperator of the TFLite schema that tpuer knows.
+MAX_BUILTIN_OPERATOR = 208
 #: The largest TensorType of the TFLite schema (BFLOAT16).
 MAX_TENSOR_TYPE = 18
 #: The most bytes tpuer accepts in one tensor, as LiteRT's 32-bit size arithmetic does.
@@ -962,6 +1047,9 @@ def _parse(tflite, model):
                               f"is out of range (the model has {model.OperatorCodesLength()})")
         code = model.OperatorCodes(op.OpcodeIndex())
         number = _builtin_code(code)
+        if not 0 <= number <= MAX_BUILTIN_OPERATOR:
+            raise TFLiteError(f"operator {index}: its builtin operator code {number} is not "
+                              f"one of TFLite's (0 to {MAX_BUILTIN_OPERATOR})")
         name = BUILTIN_OPCODE2NAME.get(number, f"builtin {number}")
         if number == 32:        # CUSTOM
             name = f"CUSTOM {code.CustomCode().decode(errors='replace')}"
