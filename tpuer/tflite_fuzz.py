@@ -24,7 +24,7 @@ import numpy as np
 __all__ = ["Mutant", "mutants", "verdicts", "judge", "Verdict"]
 
 #: The address space of a worker process: a model that asks for more fails to allocate.
-WORKER_MEMORY = 3 << 30
+WORKER_MEMORY = 4 << 30
 #: Seconds a worker may take for one model.
 WORKER_SECONDS = 60
 

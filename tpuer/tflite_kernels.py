@@ -125,10 +125,12 @@ def requantize_double(acc, multiplier, exponent, zero_point, bounds):
 
 
 def requantize_float(acc, scale, zero_point, bounds):
-    """FULLY_CONNECTED's reference requantisation: ``round(acc * scale)`` in float64,
+    """FULLY_CONNECTED's reference requantisation: ``round(acc * scale)`` in float64 of the
+    int32 accumulator (wrapped, as the kernel's),
     ``scale`` the float64 ``s_in * s_w / s_out`` per output channel; the zero point; the
     clamp to ``bounds``; int8."""
-    scaled = round_half_away(np.asarray(acc, np.int64).astype(np.float64) * scale)
+    # the kernel's accumulator is an int32, which wraps
+    scaled = round_half_away(_wrap_int32(acc).astype(np.float64) * scale)
     return np.clip(_wrap_int32(scaled) + zero_point, *bounds).astype(np.int8)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from . import tflite_kernels as kernels
 from .isa import MAX_LEFT_SHIFT, Rounding
 from .quantize import QuantizedLayer, QuantizedModel
+from .tflite_verifier import FlatbufferError, verify
 
 __all__ = ["TFLiteError", "TFLiteModel", "TensorInfo", "from_tflite", "litert_output",
            "SUPPORTED_OPERATORS"]
@@ -373,10 +374,11 @@ class DepthwiseConv2D(_Convolution):
 
 
 def _check_size(operation, elements):
-    """Refuse a tensor of more than :data:`MAX_TENSOR_BYTES` elements before it is made."""
-    if elements > MAX_TENSOR_BYTES:
+    """Refuse a tensor of more than :data:`MAX_TENSOR_ELEMENTS` elements before it is
+    made."""
+    if elements > MAX_TENSOR_ELEMENTS:
         operation._fail(f"it would make a tensor of {elements:,} elements, more than "
-                        f"{MAX_TENSOR_BYTES:,}")
+                        f"{MAX_TENSOR_ELEMENTS:,}")
 
 
 def _check_window_options(operation, names):
@@ -582,8 +584,9 @@ class Reshape(Operation):
                        f"different numbers of elements per sample")
         shape = model.tensors[self.inputs[1]] if self.name == "RESHAPE" and \
             len(self.inputs) > 1 and self.inputs[1] >= 0 else None
-        if shape is not None and shape.data is not None:
-            self._check_new_shape([int(d) for d in np.ravel(shape.data)])
+        new = None if shape is None else _shape_value(model, shape.index)
+        if new is not None:
+            self._check_new_shape([int(d) for d in np.ravel(new)])
 
     def _check_new_shape(self, new):
         """A constant new shape, as LiteRT's RESHAPE reads it: at most one -1 (the size
@@ -650,7 +653,10 @@ def _options(tflite, op):
               "depth_multiplier": "DepthMultiplier", "filter_h": "FilterHeight",
               "filter_w": "FilterWidth", "keep_num_dims": "KeepNumDims",
               "weights_format": "WeightsFormat", "keep_dims": "KeepDims", "beta": "Beta",
-              "values_count": "ValuesCount", "axis": "Axis"}
+              "values_count": "ValuesCount", "axis": "Axis", "begin_mask": "BeginMask",
+              "end_mask": "EndMask", "shrink_axis_mask": "ShrinkAxisMask",
+              "ellipsis_mask": "EllipsisMask", "new_axis_mask": "NewAxisMask",
+              "offset": "Offset", "out_type": "OutType"}
     return {key: getattr(options, method)() for key, method in fields.items()
             if hasattr(options, method)}
 
@@ -664,10 +670,13 @@ class TFLiteModel:
     compute the output, in order (operators that only compute a RESHAPE's shape are left
     out)."""
 
-    def __init__(self, tensors, operations, input_index, output_index):
+    def __init__(self, tensors, operations, input_index, output_index, *, graph=()):
         self.tensors = tensors
         self.input = tensors[input_index]
         self.output = tensors[output_index]
+        #: every operator of the file, as read (``(index, name, inputs, outputs,
+        #: options)``), for :func:`_shape_value`
+        self.graph = tuple(graph)
         self.operations = []
         for index, name, inputs, outputs, options in operations:
             if name not in SUPPORTED_OPERATORS:
@@ -867,6 +876,11 @@ def from_tflite(source):
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise TFLiteError("not a TFLite model (no TFL3 identifier in its first 8 bytes)")
     try:
+        verify(data)
+    except FlatbufferError as error:
+        raise TFLiteError(f"the TFLite file is damaged (as flatbuffers' verifier checks it, "
+                          f"which LiteRT runs): {error}") from None
+    try:
         model = tflite.Model.GetRootAsModel(data, 0)
         graph, tensors, operations = _parse(tflite, model)
         inputs, outputs = list(graph.InputsAsNumpy()), list(graph.OutputsAsNumpy())
@@ -883,7 +897,14 @@ def from_tflite(source):
         raise TFLiteError(f"the model's output, tensor {int(outputs[0])}, is computed by no "
                           f"operator")
     needed = _needed(operations, outputs[0], inputs[0], tensors)
-    model = TFLiteModel(tensors, needed, int(inputs[0]), int(outputs[0]))
+    produced = {out for op in operations for out in op[3]}
+    for index, name, op_inputs, _, _ in operations:
+        for i in op_inputs:
+            if i >= 0 and i != int(inputs[0]) and i not in produced and tensors[i].data is None:
+                raise TFLiteError(f"operator {index} ({name}) reads tensor {i} "
+                                  f"({tensors[i].name!r}), which is no constant, not the "
+                                  f"model's input, and computed by no operator")
+    model = TFLiteModel(tensors, needed, int(inputs[0]), int(outputs[0]), graph=operations)
     # LiteRT prepares every operator, the output's or not: so are they checked here.
     chosen = {op[0] for op in needed}
     for op in operations:
@@ -892,8 +913,65 @@ def from_tflite(source):
         if op[1] in _SHAPE_OPERATORS:
             _check_shape_operator(tensors, *op)
         else:
-            TFLiteModel(tensors, [op], int(inputs[0]), int(outputs[0]))
+            TFLiteModel(tensors, [op], int(inputs[0]), int(outputs[0]), graph=operations)
     return model
+
+
+def _shape_value(model, index, depth=0):
+    """The value of tensor ``index`` if it is a constant, or computed from constants and
+    the declared shapes by the shape operators (SHAPE, STRIDED_SLICE of a vector, PACK),
+    as LiteRT computes a RESHAPE's new shape; ``None`` where tpuer cannot tell."""
+    tensor = model.tensors[index]
+    if tensor.data is not None:
+        return tensor.data.reshape(tensor.shape)
+    producer = next((op for op in model.graph if index in op[3]), None)
+    if producer is None or depth > 16:
+        return None
+    _, name, inputs, _, options = producer
+    if name == "SHAPE":
+        return np.array(model.tensors[inputs[0]].shape, np.int64)
+    values = [_shape_value(model, i, depth + 1) for i in inputs]
+    if any(v is None for v in values):
+        return None
+    if name == "PACK":
+        if len({v.shape for v in values}) != 1:
+            raise TFLiteError(f"operator {producer[0]} (PACK): its inputs' values have "
+                              f"different shapes {[v.shape for v in values]}")
+        return np.stack(values, axis=options.get("axis", 0))
+    if name == "STRIDED_SLICE" and values[0].ndim == 1 and all(v.size == 1 for v in values[1:]) \
+            and not options.get("ellipsis_mask") and not options.get("new_axis_mask") \
+            and not options.get("offset"):
+        sliced = _strided_slice_1d(values[0], *(int(np.ravel(v)[0]) for v in values[1:]),
+                                   options)
+        if sliced is None:
+            raise TFLiteError(f"operator {producer[0]} (STRIDED_SLICE): it reads outside its "
+                              f"input of {len(values[0])} values")
+        return sliced
+    return None
+
+
+def _strided_slice_1d(vector, begin, end, stride, options):
+    """STRIDED_SLICE of a vector, with its begin, end and shrink masks, as LiteRT's."""
+    n = len(vector)
+    if stride == 0:
+        return None
+    def clamp(i):
+        return min(max(i, 0), n) if stride > 0 else min(max(i, -1), n - 1)
+    if options.get("begin_mask", 0) & 1:
+        start = 0 if stride > 0 else n - 1
+    else:
+        start = clamp(begin + n if begin < 0 else begin)
+    if options.get("shrink_axis_mask", 0) & 1:
+        start = begin + n if begin < 0 else begin
+        if not 0 <= start < n:
+            return None
+        return np.array(vector[start])
+    if options.get("end_mask", 0) & 1:
+        stop = n if stride > 0 else -1
+    else:
+        stop = clamp(end + n if end < 0 else end)
+    picked = list(range(start, stop, stride))
+    return np.array([vector[i] for i in picked], np.int64)
 
 
 #: Operators that only compute a RESHAPE's new shape (tpuer reshapes to the output tensor's
@@ -911,7 +989,8 @@ def _check_shape_operator(tensors, index, name, inputs, outputs, options):
     values = [tensors[i] for i in inputs]
     output = tensors[outputs[0]]
     if name == "SHAPE":
-        if len(values) != 1 or output.dtype not in (np.int32, np.int64):
+        if len(values) != 1 or output.dtype not in (np.int32, np.int64) or \
+                options.get("out_type", 2) not in (2, 4):
             fail("it takes one input and gives int32 or int64")
     elif name == "STRIDED_SLICE":
         if len(values) != 4:
@@ -937,12 +1016,17 @@ def _check_shape_operator(tensors, index, name, inputs, outputs, options):
 #: The largest requantisation scale (``s_in * s_w / s_out``) tpuer takes: far beyond any a
 #: converter writes, and below those at which the kernels' int32 arithmetic overflows.
 MAX_EFFECTIVE_SCALE = float(1 << 16)
+#: The highest operator version tpuer reads (LiteRT's kernels have at most a few dozen).
+MAX_OPERATOR_VERSION = 100
 #: The largest BuiltinOperator of the TFLite schema that tpuer knows.
 MAX_BUILTIN_OPERATOR = 208
 #: The largest TensorType of the TFLite schema (BFLOAT16).
 MAX_TENSOR_TYPE = 18
 #: The most bytes tpuer accepts in one tensor, as LiteRT's 32-bit size arithmetic does.
 MAX_TENSOR_BYTES = (1 << 31) - 1
+#: The most elements tpuer accepts in one tensor: its host kernels work in int64, so a
+#: tensor costs up to eight times its int8 size while it is computed.
+MAX_TENSOR_ELEMENTS = 1 << 27
 #: The range of a zero point of each quantised type.
 _ZERO_POINT_RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255),
                       np.dtype(np.int16): (0, 0), np.dtype(np.int32): (0, 0),
@@ -980,9 +1064,10 @@ def _validate_tensor(index, tensor):
         raise TFLiteError(f"{where}: its shape {tensor.shape} has a negative size")
     size = int(np.prod(tensor.shape, dtype=object)) if tensor.shape else 1
     itemsize = np.dtype(tensor.dtype).itemsize if tensor.dtype is not None else 1
-    if size * itemsize > MAX_TENSOR_BYTES:
-        raise TFLiteError(f"{where}: its shape {tensor.shape} holds {size:,} elements, more "
-                          f"than {MAX_TENSOR_BYTES:,} bytes")
+    if size * itemsize > MAX_TENSOR_BYTES or size > MAX_TENSOR_ELEMENTS:
+        raise TFLiteError(f"{where}: its shape {tensor.shape} holds {size:,} elements; tpuer "
+                          f"takes at most {MAX_TENSOR_ELEMENTS:,} in a tensor (and "
+                          f"{MAX_TENSOR_BYTES:,} bytes)")
     if tensor.data is not None and tensor.data.size != size:
         raise TFLiteError(f"{where}: its buffer holds {tensor.data.size:,} values, its shape "
                           f"{tensor.shape} {size:,}")
@@ -1046,6 +1131,9 @@ def _parse(tflite, model):
             raise TFLiteError(f"operator {index}: its operator code index {op.OpcodeIndex()} "
                               f"is out of range (the model has {model.OperatorCodesLength()})")
         code = model.OperatorCodes(op.OpcodeIndex())
+        if not 1 <= code.Version() <= MAX_OPERATOR_VERSION:
+            raise TFLiteError(f"operator {index}: its operator version {code.Version()} is "
+                              f"not one a TFLite interpreter has (1 to {MAX_OPERATOR_VERSION})")
         number = _builtin_code(code)
         if not 0 <= number <= MAX_BUILTIN_OPERATOR:
             raise TFLiteError(f"operator {index}: its builtin operator code {number} is not "
