@@ -42,7 +42,7 @@ fuzz: $(VENV)/.installed
 # make fuzz-tflite [MUTANTS=1000]: damaged copies of the shipped and test TFLite models,
 # each run by tpuer and by LiteRT, MUTANTS per model, a fresh seed (TPUER_SEED=N repeats)
 fuzz-tflite: $(VENV)/.installed
-	TPUER_TFLITE_MUTANTS=$(or $(MUTANTS),1000) $(BIN)/python -m pytest -n auto -s \
+	TPUER_TFLITE_MUTANTS=$(or $(MUTANTS),1000) $(BIN)/python -m pytest -n auto -rP \
 	tests/campaign_tflite_fuzz.py
 
 # make board BOARD=ulx3s-85f [BUILD_ARGS="--rows 2 --cols 2"]: a bitstream with the open

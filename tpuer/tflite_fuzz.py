@@ -21,18 +21,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Mutant", "mutants", "verdicts", "judge", "Verdict"]
+__all__ = ["Mutant", "mutants", "verdicts", "judge", "Verdict", "Workers", "campaign"]
 
 #: The address space of a worker process: a model that asks for more fails to allocate.
 WORKER_MEMORY = 4 << 30
 #: Seconds a worker may take for one model.
-WORKER_SECONDS = 60
+WORKER_SECONDS = 20
 
 
 @dataclass(frozen=True)
 class Mutant:
+    """A damaged copy of a model: its ``data``, what was done (``what``), and its
+    ``changes`` one by one (``(description, position, bytes written)``; none for a
+    truncation), so that a breach can be shrunk to one of them."""
     data: bytes
     what: str
+    changes: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -120,17 +124,18 @@ def mutants(data, rng, count):
     for _ in range(count):
         kind = rng.random()
         out = bytearray(data)
+        changes = []
         if kind < 0.25 or not fields:
             picks = sorted(int(p) for p in rng.integers(0, len(data), int(rng.integers(1, 6))))
             for p in picks:
                 out[p] = int(rng.integers(0, 256))
+                changes.append((f"byte {p} = {out[p]}", p, bytes(out[p:p + 1])))
             what = f"bytes {picks} set at random"
         elif kind < 0.33:
             cut = int(rng.integers(8, len(data)))
             out = out[:cut]
             what = f"truncated to {cut} bytes"
         else:
-            changes = []
             for _ in range(int(rng.integers(1, 3))):
                 _, position, fmt, name = fields[int(rng.integers(len(fields)))]
                 choices = _INTERESTING[fmt]
@@ -139,13 +144,44 @@ def mutants(data, rng, count):
                     old = struct.unpack_from(fmt, data, position)[0]
                     value = old + int(rng.choice([-1, 1]))
                 try:
-                    struct.pack_into(fmt, out, position, value)
+                    written = struct.pack(fmt, value)
                 except struct.error:
                     continue
-                changes.append(f"{name} = {value}")
-            what = ", ".join(changes) or "unchanged"
-        made.append(Mutant(bytes(out), what))
+                out[position:position + len(written)] = written
+                changes.append((f"{name} = {value}", position, written))
+            what = ", ".join(description for description, _, _ in changes) or "unchanged"
+        made.append(Mutant(bytes(out), what, tuple(changes)))
     return made
+
+
+def campaign(data, rng, count, workers):
+    """Run ``count`` mutants of model ``data`` through tpuer and LiteRT (``workers``:
+    :class:`Workers`); return ``(outcomes, breaches)``: a count of each pair of outcomes,
+    and each breach of the contract, shrunk to the one change that breaks it where one
+    alone does."""
+    outcomes, breaches = {}, []
+    for mutant in mutants(data, rng, count):
+        litert, mine = verdicts(workers, mutant.data)
+        key = ("LiteRT " + ("failed" if litert.crashed or litert.unjudged else
+                            "ran" if litert.ran else "refused"),
+               "tpuer " + ("ran" if mine.ran else "refused"))
+        outcomes[key] = outcomes.get(key, 0) + 1
+        reason = judge(litert, mine)
+        if reason is not None:
+            breaches.append(f"{_shrink(data, mutant, workers) or mutant.what}: {reason}")
+    return outcomes, breaches
+
+
+def _shrink(data, mutant, workers):
+    """The one change of ``mutant`` that breaks the contract alone, or ``None``."""
+    if len(mutant.changes) < 2:
+        return None
+    for description, position, written in mutant.changes:
+        alone = bytearray(data)
+        alone[position:position + len(written)] = written
+        if judge(*verdicts(workers, bytes(alone))) is not None:
+            return f"{description} (alone; with: {mutant.what})"
+    return None
 
 
 # --- the two sides, each in a worker ---------------------------------------------------
