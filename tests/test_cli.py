@@ -1,8 +1,10 @@
 """The command line and the main job."""
 
+import pickle
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import require_simulator
@@ -93,6 +95,9 @@ def _bad_files(folder):
     (folder / "nested.s").write_text("read_host " + "(" * 300 + "1" + ")" * 300 + ", 1\nhalt\n")
     (folder / "negated.s").write_text("read_host " + "-" * 5000 + "1, 1\nhalt\n")
     (folder / "text.npy").write_text("not an array")
+    np.save(folder / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    (folder / "pickled.npy").write_bytes(pickle.dumps([1, 2, 3]))
+    np.save(folder / "wide.npy", np.zeros((2, 8), np.int64))
 
 
 @pytest.mark.parametrize("args, message", [
@@ -106,6 +111,10 @@ def _bad_files(folder):
     (["disasm", "odd.bin"], "7 bytes is not a whole number"),
     (["run", "ok.s", "-o", "missing/out.npy"], "the folder"),
     (["run", "ok.s", "--input", "text.npy"], "--input text.npy: not a NumPy .npy file"),
+    (["run", "ok.s", "--input", "objects.npy"], "--input objects.npy: not a NumPy .npy file"),
+    (["run", "ok.s", "--input", "pickled.npy"], "--input pickled.npy: not a NumPy .npy file"),
+    (["run", "ok.s", "--weights", "objects.npy"], "--weights objects.npy: not a NumPy .npy"),
+    (["run", "ok.s", "--input", "wide.npy"], "host_in must have dtype int8, not int64"),
     (["run", "ok.s", "--rows", "0"], "rows must be between 1 and 256, not 0"),
     (["build", "--board", "icebreaker", "--rows", "0"], "rows must be between 1 and 256, not 0"),
     (["verilog", "--cols", "300"], "cols must be between 1 and 256, not 300"),
