@@ -382,11 +382,12 @@ def _check_size(operation, elements):
 
 
 def _check_window_options(operation, names):
-    """Refuse a window's sizes, strides or dilations below 1, or an unknown padding."""
+    """Refuse a window's sizes, strides or dilations below 1 or above 32,767 (LiteRT's
+    kernels keep them in int16), or an unknown padding."""
     for name in names:
         value = operation.options.get(name)
-        if value is None or value < 1:
-            operation._fail(f"its option {name} is {value}; it must be 1 or more")
+        if value is None or not 1 <= value <= 32767:
+            operation._fail(f"its option {name} is {value}; it must be 1 to 32,767")
     if operation.options.get("padding") not in PADDINGS:
         operation._fail(f"its padding {operation.options.get('padding')} is not SAME (0) or "
                         f"VALID (1)")
@@ -893,6 +894,10 @@ def from_tflite(source):
         raise TFLiteError(f"the model has {len(inputs)} inputs and {len(outputs)} outputs; "
                           f"tpuer runs models with one of each")
     _validate(tensors, operations, [int(i) for i in inputs + outputs])
+    for kind, i in (("input", int(inputs[0])), ("output", int(outputs[0]))):
+        if 0 in tensors[i].shape:
+            raise TFLiteError(f"the model's {kind}, tensor {i}, has shape "
+                              f"{tensors[i].shape}, which holds nothing")
     if not any(int(outputs[0]) in op[3] for op in operations):
         raise TFLiteError(f"the model's output, tensor {int(outputs[0])}, is computed by no "
                           f"operator")
@@ -951,27 +956,29 @@ def _shape_value(model, index, depth=0):
 
 
 def _strided_slice_1d(vector, begin, end, stride, options):
-    """STRIDED_SLICE of a vector, with its begin, end and shrink masks, as LiteRT's."""
-    n = len(vector)
-    if stride == 0:
+    """STRIDED_SLICE of a vector with its begin, end and shrink masks, as LiteRT's
+    ``StartForAxis`` and ``StopForAxis`` bound it; ``None`` where LiteRT would read outside
+    the vector or shrink to nothing (its result is then undefined)."""
+    n, low, high = len(vector), -(1 << 31), (1 << 31) - 1
+    if stride == 0 or n == 0:
         return None
-    def clamp(i):
-        return min(max(i, 0), n) if stride > 0 else min(max(i, -1), n - 1)
-    if options.get("begin_mask", 0) & 1:
-        start = 0 if stride > 0 else n - 1
+
+    def bounded(index):
+        index = index + n if index < 0 else index
+        return min(max(index, 0), n) if stride > 0 else min(max(index, -1), n - 1)
+
+    start = bounded((low if stride > 0 else high) if options.get("begin_mask", 0) & 1
+                    else begin)
+    shrink = options.get("shrink_axis_mask", 0) & 1
+    if shrink:
+        stop = start + 1
     else:
-        start = clamp(begin + n if begin < 0 else begin)
-    if options.get("shrink_axis_mask", 0) & 1:
-        start = begin + n if begin < 0 else begin
-        if not 0 <= start < n:
-            return None
-        return np.array(vector[start])
-    if options.get("end_mask", 0) & 1:
-        stop = n if stride > 0 else -1
-    else:
-        stop = clamp(end + n if end < 0 else end)
+        stop = bounded((high if stride > 0 else low) if options.get("end_mask", 0) & 1
+                       else end)
     picked = list(range(start, stop, stride))
-    return np.array([vector[i] for i in picked], np.int64)
+    if any(not 0 <= i < n for i in picked) or (shrink and len(picked) != 1):
+        return None
+    return np.array(vector[picked[0]]) if shrink else np.array([vector[i] for i in picked])
 
 
 #: Operators that only compute a RESHAPE's new shape (tpuer reshapes to the output tensor's
@@ -1016,6 +1023,8 @@ def _check_shape_operator(tensors, index, name, inputs, outputs, options):
 #: The largest requantisation scale (``s_in * s_w / s_out``) tpuer takes: far beyond any a
 #: converter writes, and below those at which the kernels' int32 arithmetic overflows.
 MAX_EFFECTIVE_SCALE = float(1 << 16)
+#: The TFLite schema's version, the only one LiteRT reads.
+SCHEMA_VERSION = 3
 #: The highest operator version tpuer reads (LiteRT's kernels have at most a few dozen).
 MAX_OPERATOR_VERSION = 100
 #: The largest BuiltinOperator of the TFLite schema that tpuer knows.
@@ -1095,6 +1104,9 @@ def _validate_tensor(index, tensor):
 
 def _parse(tflite, model):
     from tflite.utils import BUILTIN_OPCODE2NAME
+    if model.Version() != SCHEMA_VERSION:
+        raise TFLiteError(f"the model's schema version is {model.Version()}; TFLite "
+                          f"interpreters read version {SCHEMA_VERSION}")
     if model.SubgraphsLength() != 1:
         raise TFLiteError(f"the model has {model.SubgraphsLength()} subgraphs; tpuer runs "
                           f"models with one")
