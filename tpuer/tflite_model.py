@@ -583,9 +583,17 @@ class Reshape(Operation):
         if declared[0] != declared[1]:
             self._fail(f"its input {self._input.shape} and output {self._output.shape} hold "
                        f"different numbers of elements per sample")
-        shape = model.tensors[self.inputs[1]] if self.name == "RESHAPE" and \
-            len(self.inputs) > 1 and self.inputs[1] >= 0 else None
-        new = None if shape is None else _shape_value(model, shape.index)
+        if self.name != "RESHAPE":
+            return
+        # LiteRT's new shape: the shape input if it is an int32 vector (its value where
+        # tpuer can compute it), else the options' new_shape (none: a scalar)
+        shape = model.tensors[self.inputs[1]] if len(self.inputs) > 1 and \
+            self.inputs[1] >= 0 else None
+        if shape is not None and shape.dtype == np.int32 and len(shape.shape) == 1:
+            new = _shape_value(model, shape.index)
+        else:
+            new = self.options.get("new_shape")
+            new = [] if new is None or isinstance(new, int) else new
         if new is not None:
             self._check_new_shape([int(d) for d in np.ravel(new)])
 
@@ -657,7 +665,7 @@ def _options(tflite, op):
               "values_count": "ValuesCount", "axis": "Axis", "begin_mask": "BeginMask",
               "end_mask": "EndMask", "shrink_axis_mask": "ShrinkAxisMask",
               "ellipsis_mask": "EllipsisMask", "new_axis_mask": "NewAxisMask",
-              "offset": "Offset", "out_type": "OutType"}
+              "offset": "Offset", "out_type": "OutType", "new_shape": "NewShapeAsNumpy"}
     return {key: getattr(options, method)() for key, method in fields.items()
             if hasattr(options, method)}
 
