@@ -130,7 +130,10 @@ def requantize_float(acc, scale, zero_point, bounds):
     ``scale`` the float64 ``s_in * s_w / s_out`` per output channel; the zero point; the
     clamp to ``bounds``; int8."""
     # the kernel's accumulator is an int32, which wraps
-    scaled = round_half_away(_wrap_int32(acc).astype(np.float64) * scale)
+    product = _wrap_int32(acc).astype(np.float64) * scale
+    # its cast of the rounded product to int32 gives INT32_MIN out of range (x86-64's)
+    fits = np.abs(product) < float(1 << 31)
+    scaled = np.where(fits, round_half_away(np.where(fits, product, 0.0)), -(1 << 31))
     return np.clip(_wrap_int32(scaled) + zero_point, *bounds).astype(np.int8)
 
 

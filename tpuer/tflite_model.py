@@ -286,6 +286,8 @@ class _Convolution(_MatrixOperation):
     and two roundings."""
 
     def _check(self, model):
+        if len(self.inputs) < 3 or self.inputs[2] < 0:
+            self._fail("its bias is missing (LiteRT's int8 convolutions need one)")
         super()._check(model)
         if len(self._input.shape) != 4:
             self._fail(f"its input has shape {self._input.shape}, not (N, H, W, C)")
