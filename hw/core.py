@@ -11,7 +11,7 @@ from .host_dma import DMA_REQUEST_LAYOUT, host_dma
 from .sequencer import ProgramWrite, RunControl, SequencerActivity, Status, sequencer
 from .weight_reader import WeightReader, WeightWrite
 
-__all__ = ["Core", "TracedCore", "CoreActivity"]
+__all__ = ["Core", "CoreActivity"]
 
 
 class CoreActivity(wiring.Signature):
@@ -22,8 +22,7 @@ class CoreActivity(wiring.Signature):
     move), ``activating`` (an ACTIVATE's rows are under way), ``matmul_offered`` and
     ``matmul_taken`` (the sequencer's MATMUL row command and its handshake),
     ``transfer_busy`` and ``transfer_kind`` (the host transfer under way, registers).
-    :class:`TracedCore` has it; a board's :class:`Core` does not, so that its netlist is
-    the one that meets the boards' clocks."""
+    Nothing reads it; synthesis removes it where no port takes it out."""
 
     def __init__(self, cfg):
         super().__init__({
@@ -46,6 +45,9 @@ class Core(wiring.Component):
     ``memory_request`` hands the host DMA engine a transfer of the host's own (read rows of
     either memory out on ``host_out``, or write ``host_in`` rows into the Unified Buffer)
     while no program runs; the sequencer's requests go first.
+
+    ``activity`` (:class:`CoreActivity`) tells what every unit does in each cycle, for
+    cycle traces.
     """
 
     def __init__(self, cfg):
@@ -59,11 +61,8 @@ class Core(wiring.Component):
             "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
             "host_out": Out(stream.Signature(self.host_row_layout)),
             "memory_request": In(stream.Signature(DMA_REQUEST_LAYOUT)),
-            **self._more_members(cfg),
+            "activity": Out(CoreActivity(cfg)),
         })
-
-    def _more_members(self, cfg):
-        return {}
 
     @property
     def config(self):
@@ -118,22 +117,6 @@ class Core(wiring.Component):
         wiring.connect(m, wiring.flipped(self.control), seq.control)
         wiring.connect(m, wiring.flipped(self.weight_write), reader.write)
         wiring.connect(m, seq.status, wiring.flipped(self.status))
-        self._trace(m, seq, dp, reader, dma)
-        return m
-
-    def _trace(self, m, seq, dp, reader, dma):
-        """Nothing here (see :class:`TracedCore`)."""
-
-
-class TracedCore(Core):
-    """A :class:`Core` with an ``activity`` port (:class:`CoreActivity`): what every unit
-    does in each cycle, which the benches and the Verilator back end compare with the cycle
-    model's trace. The same core otherwise, cycle for cycle."""
-
-    def _more_members(self, cfg):
-        return {"activity": Out(CoreActivity(cfg))}
-
-    def _trace(self, m, seq, dp, reader, dma):
         activity = self.activity
         wiring.connect(m, seq.activity, wiring.flipped(activity.sequencer))
         wiring.connect(m, dp.activity, wiring.flipped(activity.datapath))
@@ -145,3 +128,4 @@ class TracedCore(Core):
             activity.transfer_busy.eq(dma.transfer.busy),
             activity.transfer_kind.eq(dma.transfer.kind),
         ]
+        return m

@@ -37,7 +37,7 @@ def blocks():
     """The blocks that can be exported or simulated on their own, by name."""
     from .accumulators import AccumulatorMemory
     from .activation_units import activation_unit
-    from .core import TracedCore
+    from .core import Core
     from .tpu import TPU
     from .datapath import Datapath
     from .matrix_unit import matrix_unit
@@ -52,7 +52,7 @@ def blocks():
         "accumulators": AccumulatorMemory,
         "activation": activation_unit,
         "datapath": Datapath,
-        "core": TracedCore,
+        "core": Core,
         "tpu": TPU,
     }
 

@@ -124,7 +124,7 @@ class PysimBackend:
         self.cfg = cfg
 
     def run(self, steps, *, max_cycles, activity=False):
-        from ..hw.core import TracedCore
+        from ..hw.core import Core
         from ..tb.core_tb import run_steps
         from ..tb.pysim import run_pysim
         runs = []
@@ -133,7 +133,7 @@ class PysimBackend:
             await run_steps(io, cfg, steps, max_cycles=max_cycles,
                             emit=lambda step, run: runs.append((step, run)))
 
-        run_pysim(TracedCore(self.cfg), bench, self.cfg)
+        run_pysim(Core(self.cfg), bench, self.cfg)
         yield from runs
 
 
