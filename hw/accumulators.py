@@ -60,8 +60,6 @@ class AccumulatorMemory(wiring.Component):
     write_pending : Out(1)
         A write requested in one of the :func:`add_spacing` cycles before may not yet be
         stored.
-    committing : Out(1)
-        For traces: a row is stored in this cycle.
 
     Latency: a write requested in cycle ``t`` is stored at the end of cycle ``t + S``
     (``S`` is :func:`add_spacing`); a read requested later returns it (after
@@ -94,7 +92,6 @@ class AccumulatorMemory(wiring.Component):
             "overflow": Out(1),
             "range_error": Out(1),
             "write_pending": Out(1),
-            "committing": Out(1),
         })
 
     def _per_lane(self, shape):
@@ -129,7 +126,6 @@ class AccumulatorMemory(wiring.Component):
         read_port, output_en = self._store(m, platform, lanes, valid, stages)
         pipeline_busy(m, self.write_pending, last_en & write_ok, valid,
                       ahead=cfg.control_registers)
-        m.d.comb += self.committing.eq(valid[-1])
         read_data, read_bad = bounded_read(m, *read_port, addr=self.read_addr, en=self.read_en,
                                            depth=cfg.acc_depth,
                                            latency=cfg.memory_read_latency,

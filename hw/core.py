@@ -4,34 +4,13 @@ from amaranth.hdl import Module, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import DMAKind
 from .activation_issuer import ActivationIssuer
-from .datapath import Datapath, DatapathActivity
+from .datapath import Datapath
 from .host_dma import DMA_REQUEST_LAYOUT, host_dma
-from .sequencer import ProgramWrite, RunControl, SequencerActivity, Status, sequencer
+from .sequencer import ProgramWrite, RunControl, Status, sequencer
 from .weight_reader import WeightReader, WeightWrite
 
-__all__ = ["Core", "CoreActivity"]
-
-
-class CoreActivity(wiring.Signature):
-    """What every unit of the core does in the current cycle, as the cycle model's trace
-    says it (:class:`~tpuer.sim.trace.Activity`; the benches compare the two cycle for
-    cycle, and :func:`~tpuer.sim.trace.stall_cause` names an idle cycle's cause from it):
-    the ``sequencer``'s and the ``datapath``'s own, and ``weight_reader`` (it has rows to
-    move), ``activating`` (an ACTIVATE's rows are under way), ``matmul_offered`` and
-    ``matmul_taken`` (the sequencer's MATMUL row command and its handshake),
-    ``transfer_busy`` and ``transfer_kind`` (the host transfer under way, registers).
-    Nothing reads it; synthesis removes it where no port takes it out."""
-
-    def __init__(self, cfg):
-        super().__init__({
-            "sequencer": Out(SequencerActivity()),
-            "datapath": Out(DatapathActivity(cfg)),
-            **{name: Out(1) for name in ("weight_reader", "activating", "matmul_offered",
-                                         "matmul_taken", "transfer_busy")},
-            "transfer_kind": Out(DMAKind),
-        })
+__all__ = ["Core"]
 
 
 class Core(wiring.Component):
@@ -45,9 +24,6 @@ class Core(wiring.Component):
     ``memory_request`` hands the host DMA engine a transfer of the host's own (read rows of
     either memory out on ``host_out``, or write ``host_in`` rows into the Unified Buffer)
     while no program runs; the sequencer's requests go first.
-
-    ``activity`` (:class:`CoreActivity`) tells what every unit does in each cycle, for
-    cycle traces.
     """
 
     def __init__(self, cfg):
@@ -61,7 +37,6 @@ class Core(wiring.Component):
             "host_in": In(stream.Signature(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes))),
             "host_out": Out(stream.Signature(self.host_row_layout)),
             "memory_request": In(stream.Signature(DMA_REQUEST_LAYOUT)),
-            "activity": Out(CoreActivity(cfg)),
         })
 
     @property
@@ -117,15 +92,4 @@ class Core(wiring.Component):
         wiring.connect(m, wiring.flipped(self.control), seq.control)
         wiring.connect(m, wiring.flipped(self.weight_write), reader.write)
         wiring.connect(m, seq.status, wiring.flipped(self.status))
-        activity = self.activity
-        wiring.connect(m, seq.activity, wiring.flipped(activity.sequencer))
-        wiring.connect(m, dp.activity, wiring.flipped(activity.datapath))
-        m.d.comb += [
-            activity.weight_reader.eq(reader.busy),
-            activity.activating.eq(seq.activate_busy),
-            activity.matmul_offered.eq(seq.matmul.valid),
-            activity.matmul_taken.eq(seq.matmul.valid & seq.matmul.ready),
-            activity.transfer_busy.eq(dma.transfer.busy),
-            activity.transfer_kind.eq(dma.transfer.kind),
-        ]
         return m

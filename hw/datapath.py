@@ -14,7 +14,7 @@ from .matrix_unit import matrix_unit, matrix_unit_latency
 from .read_ports import read_ports
 from .unified_buffer import unified_buffer
 
-__all__ = ["Datapath", "DatapathActivity", "command_layouts"]
+__all__ = ["Datapath", "command_layouts"]
 
 
 def command_layouts(cfg):
@@ -35,21 +35,6 @@ def command_layouts(cfg):
         # ``0 .. cols - 1`` (the others 0).
         "host_row": data.ArrayLayout(cfg.acc_shape, cfg.ub_lanes),
     }
-
-
-class DatapathActivity(wiring.Signature):
-    """What the datapath's units do in the current cycle, for cycle traces (nothing in the
-    core reads it; synthesis removes it where no port takes it out):
-    ``fifo_level`` (rows in the Weight FIFO, a register), ``loading`` (the weight loader
-    shifts a row into the shadow weights), ``committing`` (a result row is stored in the
-    accumulators), ``rows_in_flight`` (MATMUL rows are being read from the Unified Buffer
-    or wait for the matrix unit), ``held_back`` (the next row waits for the accumulator
-    spacing)."""
-
-    def __init__(self, cfg):
-        super().__init__({"fifo_level": Out(range(cfg.weight_fifo_depth + 2)),
-                          **{name: Out(1) for name in ("loading", "committing",
-                                                       "rows_in_flight", "held_back")}})
 
 
 class Datapath(wiring.Component):
@@ -105,8 +90,6 @@ class Datapath(wiring.Component):
         A ``new_tile`` is waiting for its weights; an accumulation saturated; a command
         named an address past the end of a memory (one-cycle pulses, as the blocks raise
         them).
-    activity : Out(DatapathActivity)
-        What the units do in this cycle, for traces.
 
     Latency: a ``matmul`` command accepted in cycle ``t`` has its accumulator row written at
     the end of cycle ``t + 1 + R + S + M`` (:attr:`matmul_latency`; ``R`` is
@@ -148,7 +131,6 @@ class Datapath(wiring.Component):
             "weight_stall": Out(1),
             "overflow": Out(1),
             "range_error": Out(1),
-            "activity": Out(DatapathActivity(cfg)),
         })
 
     @property
@@ -238,10 +220,5 @@ class Datapath(wiring.Component):
             self.weight_stall.eq(mxu.weight_stall),
             self.overflow.eq(acc.overflow),
             self.range_error.eq(ub.range_error | acc.range_error),
-            self.activity.fifo_level.eq(mxu.fifo_level),
-            self.activity.loading.eq(mxu.loading),
-            self.activity.committing.eq(acc.committing),
-            self.activity.rows_in_flight.eq(feed.busy),
-            self.activity.held_back.eq(feed.held_back),
         ]
         return m

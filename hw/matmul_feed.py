@@ -46,8 +46,6 @@ class MatmulFeed(wiring.Component):
         The rows for the matrix unit (its ``rows`` member).
     busy : Out(1)
         A taken command's row is being read or waits in the queue.
-    held_back : Out(1)
-        For traces: the queue's head waits for the accumulator spacing in this cycle.
 
     Latency: a command taken in cycle ``t`` can be offered on ``rows`` from cycle
     ``t + 1 + cfg.memory_read_latency``.
@@ -63,7 +61,6 @@ class MatmulFeed(wiring.Component):
             "read_data": In(data.ArrayLayout(cfg.operand_shape, cfg.ub_lanes)),
             "rows": Out(stream.Signature(row_layout)),
             "busy": Out(1),
-            "held_back": Out(1),
         })
 
     def elaborate(self, platform):
@@ -104,8 +101,7 @@ class MatmulFeed(wiring.Component):
                      entered[0][1].eq(queue.o.payload.tag.acc_addr)]
         for (was, addr), (earlier, earlier_addr) in zip(entered[1:], entered):
             m.d.sync += [was.eq(earlier), addr.eq(earlier_addr)]
-        m.d.comb += [self.busy.eq(any_of(valid for valid, _ in reads) | queue.o.valid),
-                     self.held_back.eq(queue.o.valid & repeat)]
+        m.d.comb += self.busy.eq(any_of(valid for valid, _ in reads) | queue.o.valid)
         return m
 
     def _room(self, m, queue, reads):

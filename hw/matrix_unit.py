@@ -67,9 +67,6 @@ class MatrixUnit(wiring.Component):
         ``valid`` and ``tag``, and what they will be in the next cycle. A user that takes
         the columns so, and not ``results.payload.data``, leaves the de-skew registers
         unused (the tools remove them).
-    loading, fifo_level : Out
-        For traces: a weight row shifts from the Weight FIFO into the shadow weights in this
-        cycle; the rows the Weight FIFO holds (a register).
 
     Latency: a vector accepted in cycle ``t`` leaves in cycle ``t + latency`` where
     :attr:`latency` is :func:`matrix_unit_latency` (``rows + cols + multiply_latency``).
@@ -98,8 +95,6 @@ class MatrixUnit(wiring.Component):
                 "valid": 1, "tag": tag_shape, "sum": cfg.acc_shape,
                 "next_valid": 1, "next_tag": tag_shape}), cfg.cols)),
             "busy": Out(1),
-            "loading": Out(1),
-            "fifo_level": Out(range(cfg.weight_fifo_depth + 2)),
         })
 
     @property
@@ -132,8 +127,6 @@ class MatrixUnit(wiring.Component):
         m.d.comb += [
             loading.eq(weight_fifo.r.valid & may_load),
             weight_fifo.r.ready.eq(may_load),
-            self.loading.eq(loading),
-            self.fifo_level.eq(weight_fifo.level),
         ]
         weight_bus = (array.weight_row, array.weight_index, array.weight_valid)
         loaded = (weight_fifo.r.payload, load_index, loading)

@@ -30,8 +30,7 @@ from .parameter_registers import ParameterRegisters, RegisteredParameterRegister
 from .program_memory import ProgramMemory
 
 __all__ = ["Sequencer", "RegisteredSequencer", "sequencer", "STATUS_SHAPES", "Status",
-           "RunControl", "ProgramWrite", "SequencerActivity", "fetch_fill_cycles",
-           "program_word_bits"]
+           "RunControl", "ProgramWrite", "fetch_fill_cycles", "program_word_bits"]
 
 #: The status register and the performance counters, as the sequencer drives them and the
 #: core and the host interface pass them on.
@@ -67,16 +66,6 @@ class Status(wiring.Signature):
 
     def __init__(self):
         super().__init__({name: Out(shape) for name, shape in STATUS_SHAPES.items()})
-
-
-class SequencerActivity(wiring.Signature):
-    """What the sequencer does in the current cycle, for cycle traces: ``fetching`` (its
-    fetch stage fills as a run begins), ``holding`` (it holds an instruction that passed
-    its checks; low in the cycle a bad one is found, and while the run drains after it)
-    and that instruction's ``opcode``."""
-
-    def __init__(self):
-        super().__init__({"fetching": Out(1), "holding": Out(1), "opcode": Out(Opcode)})
 
 
 class RunControl(wiring.Signature):
@@ -147,8 +136,6 @@ class Sequencer(wiring.Component):
         The datapath's status (``activate_busy`` includes the activation issuer).
     activation : In(ActivationView)
         The ACTIVATE under way in the activation issuer.
-    activity : Out(SequencerActivity)
-        What it does in this cycle, for traces.
     """
 
     #: The sequencer's parts, by role.
@@ -187,7 +174,6 @@ class Sequencer(wiring.Component):
             "activate_busy": In(1),
             "weight_stall": In(1),
             "vector_issued": In(1),
-            "activity": Out(SequencerActivity()),
         })
 
     # --- the fetch stage -----------------------------------------------------------------
@@ -506,7 +492,6 @@ class Sequencer(wiring.Component):
                     m.next = self.FILL_STATES[0]
             for k, state in enumerate(self.FILL_STATES):
                 with m.State(state):
-                    m.d.comb += self.activity.fetching.eq(1)
                     self._fill(m, r, state)
                     with m.If(self.control.abort):
                         m.d.comb += self.dma_cancel.eq(1)
@@ -522,8 +507,7 @@ class Sequencer(wiring.Component):
                 with m.Elif(r.all_idle):
                     self._stop(m, r, CoreState.ERROR)
             with m.State("Run"):
-                m.d.comb += [r.in_run.eq(1),
-                             self.activity.holding.eq(~r.beyond_end & ~r.has_error)]
+                m.d.comb += r.in_run.eq(1)
                 with m.If(self.control.abort):
                     m.d.comb += self.dma_cancel.eq(1)
                     self._stop(m, r, CoreState.IDLE)
@@ -538,7 +522,6 @@ class Sequencer(wiring.Component):
                     m.d.comb += r.retiring.eq(1)
                     self._stop(m, r, CoreState.HALTED)
         self._issue(m, r, live)
-        m.d.comb += self.activity.opcode.as_value().eq(r.instr.opcode)
 
 
 class RegisteredSequencer(Sequencer):

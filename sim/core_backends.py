@@ -66,10 +66,10 @@ class TraceMismatch(RuntimeError):
 
 class TracedBackend:
     """An RTL back end (``rtl``) whose runs are traced: each is run on the cycle model too,
-    which records the trace, and what the RTL did in every cycle (every field of the
-    trace but the instruction's index, from its counters, host streams and activity port:
-    :func:`~tpuer.tb.core_tb.rtl_activity`), must be what the trace says, cycle for cycle,
-    else :class:`TraceMismatch`. A TPU on a board shows only its counters,
+    which records the trace, and what the RTL did in every cycle, as far as its ports show
+    it (vectors into the matrix unit, weight stalls, instructions retired, host rows in
+    and out: :func:`~tpuer.tb.core_tb.rtl_activity`), must be what the trace says, cycle
+    for cycle, else :class:`TraceMismatch`. A TPU on a board shows only its counters,
     which must be the trace's; its serial link's frames and retries of each program go on
     the trace's link track."""
 

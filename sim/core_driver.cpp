@@ -13,9 +13,6 @@
 
 #include "Vtop.h"
 #include "verilated.h"
-// TPUER_ACTIVITY(X): X(port) for every activity port of the core, in order (written by
-// verilator_driver.py from the core's signature).
-#include "activity_ports.h"
 
 namespace {
 
@@ -63,10 +60,6 @@ struct Core {
     }
 };
 
-#define TPUER_COUNT(port) +1
-// The numbers in a sample: four counters, a host row in and out, the activity ports.
-constexpr int kSampleWidth = 6 TPUER_ACTIVITY(TPUER_COUNT);
-
 void sample(const Vtop& top, int64_t* into, bool row_in, bool row_out) {
     into[0] = top.status___05Fcycles;
     into[1] = top.status___05Fmxu_busy_cycles;
@@ -74,9 +67,6 @@ void sample(const Vtop& top, int64_t* into, bool row_in, bool row_out) {
     into[3] = top.status___05Finstructions;
     into[4] = row_in;
     into[5] = row_out;
-    int next = 6;
-#define TPUER_SAMPLE(port) into[next++] = top.port;
-    TPUER_ACTIVITY(TPUER_SAMPLE)
 }
 
 }  // namespace
@@ -127,9 +117,9 @@ void tpuer_core_load_program(void* handle, const uint64_t* words, int64_t count)
 // take every row sent (`out_bytes` each; tpuer_core_rows_out copies them), until the core
 // stops running. `status` gets state, error, error_pc, cycles, MXU-busy cycles,
 // weight-stall cycles, instructions and the samples taken. With `samples` (room for
-// max_cycles + 1 of them), each cycle and then the end add a sample of kSampleWidth numbers:
-// the four counters (cycles, MXU-busy, weight-stall, instructions), whether a host row came
-// in and whether one went out, and the activity ports.
+// max_cycles + 1 of them), each cycle and then the end add a sample of 6 numbers: the four
+// counters (cycles, MXU-busy, weight-stall, instructions), whether a host row came in and
+// whether one went out.
 // Returns the rows taken, or -1 if the core still ran after `max_cycles` cycles.
 int64_t tpuer_core_run(void* handle, int64_t start_pc, const uint8_t* rows_in,
                        int64_t in_rows, int64_t in_bytes, int64_t out_bytes, int64_t rest,
@@ -165,11 +155,11 @@ int64_t tpuer_core_run(void* handle, int64_t start_pc, const uint8_t* rows_in,
             ++taken;
         }
         running = top.status___05Fstate == 1;  // CoreState.RUNNING
-        if (samples) sample(top, samples + kSampleWidth * cycle, row_in, row_out);
+        if (samples) sample(top, samples + 6 * cycle, row_in, row_out);
         core.edge();
         if (!running && samples) {
             core.settle();
-            sample(top, samples + kSampleWidth * (cycle + 1), false, false);
+            sample(top, samples + 6 * (cycle + 1), false, false);
             status[7] = cycle + 2;
         }
     }

@@ -49,7 +49,7 @@ from ..hw.matmul_feed import feed_slots
 from ..hw.read_ports import host_answer_slots
 from ..hw.matrix_unit import matrix_unit_latency
 from ..hw.sequencer import fetch_fill_cycles
-from .trace import Activity, StallCause, StallFacts, stall_cause
+from .trace import Activity, StallCause
 from ..isa import (DMA_HAZARDS, DMAKind, Instruction, MatmulFlag, Opcode, WriteHostFlag,
                    dma_kind)
 
@@ -512,12 +512,45 @@ class CoreTiming:
     @staticmethod
     def _idle_cause(done, instr, retired, command, before):
         """Why no vector entered the matrix unit in the cycle just stepped
-        (:func:`~tpuer.sim.trace.stall_cause`). ``before``: the DMA engine's busy flag and
-        kind, and whether rows were on their way to the matrix unit, at the start of the
-        cycle."""
+        (:class:`~tpuer.sim.trace.StallCause`), the first that holds of:
+
+        * a vector waits for its weight tile (weight tile), or to add to a row still being
+          written (accumulator spacing); a MATMUL's rows are on their way from the Unified
+          Buffer (start-up);
+        * the sequencer holds no instruction or HALT (drain);
+        * it holds another instruction than a MATMUL: one that retires in this cycle
+          (sequencer), else what that one waits for: READ_HOST the host's rows (host
+          input), WRITE_HOST the host taking rows (result path), READ_WEIGHTS the weight
+          reader (weight tile), ACTIVATE and CONFIG an activation (hazard), SYNC everything
+          (sequencer);
+        * it holds a MATMUL that may not go on while a host transfer moves rows into its
+          UB rows (host input) or out of its accumulator rows (result path), or while the
+          feed queue is full (result path), or for an activation (hazard).
+
+        ``before``: the DMA engine's busy flag and kind, and whether rows were on their way
+        to the matrix unit, at the start of the cycle."""
         dma_busy, dma_kind, in_flight = before
-        return stall_cause(StallFacts(
-            fetching=False, weight_stall=done["weight_stall"], held_back=done["spacing"],
-            rows_in_flight=in_flight, matmul_offered="matmul" in command,
-            matmul_taken=done["matmul"], opcode=None if instr is None else instr.op,
-            retired=retired, transfer=dma_kind if dma_busy else None))
+        if done["weight_stall"]:
+            return StallCause.WEIGHT_TILE
+        if done["spacing"]:
+            return StallCause.ACC_SPACING
+        if in_flight or done["matmul"]:
+            return StallCause.START_UP
+        op = None if instr is None else instr.op
+        if op is None or op is Opcode.HALT:
+            return StallCause.DRAIN
+        if op is not Opcode.MATMUL:
+            return StallCause.SEQUENCER if retired else _WAITS_FOR.get(op, StallCause.SEQUENCER)
+        if "matmul" in command:
+            return StallCause.RESULT_PATH        # offered, but the feed queue is full
+        if dma_busy and dma_kind is DMAKind.READ_HOST:
+            return StallCause.HOST_INPUT
+        if dma_busy and dma_kind is DMAKind.WRITE_ACC:
+            return StallCause.RESULT_PATH
+        return StallCause.HAZARD
+
+
+#: What an instruction other than MATMUL that the sequencer holds waits for.
+_WAITS_FOR = {Opcode.READ_HOST: StallCause.HOST_INPUT, Opcode.WRITE_HOST: StallCause.RESULT_PATH,
+              Opcode.READ_WEIGHTS: StallCause.WEIGHT_TILE, Opcode.ACTIVATE: StallCause.HAZARD,
+              Opcode.CONFIG: StallCause.HAZARD}

@@ -15,15 +15,15 @@ import json
 from collections import Counter
 from typing import NamedTuple
 
-from ..isa import DMAKind, Instruction, Opcode
+from ..isa import Instruction
 
-__all__ = ["Activity", "StallCause", "StallFacts", "stall_cause", "Recorder", "Trace",
-           "TRACKS", "per_cycle", "first_difference"]
+__all__ = ["Activity", "StallCause", "Recorder", "Trace", "TRACKS", "per_cycle",
+           "first_difference"]
 
 
 class StallCause(enum.Enum):
     """Why no vector entered the matrix unit in a cycle (each idle cycle has exactly one;
-    :func:`stall_cause` decides)."""
+    the cycle model's :meth:`~tpuer.sim.timing_model.CoreTiming._idle_cause` decides)."""
     #: the sequencer fills its fetch stage after START
     FETCH = "fetch"
     #: a vector waits for its weight tile to be in the shadow weights
@@ -43,75 +43,6 @@ class StallCause(enum.Enum):
     SEQUENCER = "sequencer"
     #: the sequencer holds HALT, or has stopped at an error, while work drains
     DRAIN = "drain"
-
-
-class StallFacts(NamedTuple):
-    """What decides why the matrix unit sat idle in a cycle (:func:`stall_cause`), as the
-    cycle model knows it and as the RTL shows it (:class:`~tpuer.hw.core.CoreActivity`)."""
-    #: the sequencer fills its fetch stage
-    fetching: bool
-    #: a vector waits for its weight tile
-    weight_stall: bool
-    #: the next row waits for the accumulator spacing
-    held_back: bool
-    #: MATMUL rows were on their way from the Unified Buffer at the start of the cycle
-    rows_in_flight: bool
-    #: the sequencer offered a MATMUL row, and whether it was taken
-    matmul_offered: bool
-    matmul_taken: bool
-    #: the opcode of the instruction the sequencer held, or ``None``
-    opcode: Opcode | None
-    #: that instruction retired in this cycle
-    retired: bool
-    #: the kind of the host transfer under way at the start of the cycle, or ``None``
-    transfer: DMAKind | None
-
-
-def stall_cause(facts):
-    """Why no vector entered the matrix unit in a cycle (:class:`StallCause`), the first
-    that holds of:
-
-    * the sequencer fills its fetch stage (fetch);
-    * a vector waits for its weight tile (weight tile), or to add to a row still being
-      written (accumulator spacing); a MATMUL's rows are on their way from the Unified
-      Buffer (start-up);
-    * the sequencer holds no instruction or HALT (drain);
-    * it holds another instruction than a MATMUL: one that retires in this cycle
-      (sequencer), else what that one waits for: READ_HOST the host's rows (host input),
-      WRITE_HOST the host taking rows (result path), READ_WEIGHTS the weight reader
-      (weight tile), ACTIVATE and CONFIG an activation (hazard), SYNC everything
-      (sequencer);
-    * it holds a MATMUL that may not go on while a host transfer moves rows into its UB
-      rows (host input) or out of its accumulator rows (result path), or while the feed
-      queue is full (result path), or for an activation (hazard).
-
-    The one rule for the cycle model's trace and for the RTL's (the benches compare them)."""
-    if facts.fetching:
-        return StallCause.FETCH
-    if facts.weight_stall:
-        return StallCause.WEIGHT_TILE
-    if facts.held_back:
-        return StallCause.ACC_SPACING
-    if facts.rows_in_flight or facts.matmul_taken:
-        return StallCause.START_UP
-    op = facts.opcode
-    if op is None or op is Opcode.HALT:
-        return StallCause.DRAIN
-    if op is not Opcode.MATMUL:
-        return StallCause.SEQUENCER if facts.retired else _WAITS_FOR.get(op, StallCause.SEQUENCER)
-    if facts.matmul_offered:
-        return StallCause.RESULT_PATH        # offered, but the feed queue is full
-    if facts.transfer is DMAKind.READ_HOST:
-        return StallCause.HOST_INPUT
-    if facts.transfer is DMAKind.WRITE_ACC:
-        return StallCause.RESULT_PATH
-    return StallCause.HAZARD
-
-
-#: What an instruction other than MATMUL that the sequencer holds waits for.
-_WAITS_FOR = {Opcode.READ_HOST: StallCause.HOST_INPUT, Opcode.WRITE_HOST: StallCause.RESULT_PATH,
-              Opcode.READ_WEIGHTS: StallCause.WEIGHT_TILE, Opcode.ACTIVATE: StallCause.HAZARD,
-              Opcode.CONFIG: StallCause.HAZARD}
 
 
 class Activity(NamedTuple):
@@ -352,8 +283,7 @@ def first_difference(activity, recorder):
     values)``, the values from that cycle on, or ``None`` if they agree."""
     recorded = per_cycle(recorder)
     for name, seen in activity.items():
-        said = [value if value is None or isinstance(value, StallCause) else int(value)
-                for value in recorded[name]]
+        said = [int(value) for value in recorded[name]]
         if seen != said:
             cycle = next((i for i, (a, b) in enumerate(zip(seen, said)) if a != b),
                          min(len(seen), len(said)))

@@ -34,12 +34,9 @@ def build_driver(cfg):
     check_simulator("verilator")
     directory = build_root() / "sim" / "verilator-driver" / f"core-{cfg.name}"
     directory.mkdir(parents=True, exist_ok=True)
-    from ..tb.core_tb import activity_ports
     verilog = to_verilog(build_block("core", cfg), name="top")
     driver = DRIVER_SOURCE.read_text()
-    ports = "#define TPUER_ACTIVITY(X) " + " ".join(
-        f"X({port.replace('__', '___05F')})" for port in activity_ports(cfg)) + "\n"
-    stamp = hashlib.sha256((verilog + driver + ports).encode()).hexdigest()
+    stamp = hashlib.sha256((verilog + driver).encode()).hexdigest()
     library = directory / "libtpuer_core.so"
     stamp_file = directory / "build.stamp"
     with open(directory / "build.lock", "w") as lock:
@@ -47,7 +44,6 @@ def build_driver(cfg):
         if stamp_file.exists() and stamp_file.read_text() == stamp and library.exists():
             return library
         (directory / "top.v").write_text(verilog)
-        (directory / "activity_ports.h").write_text(ports)
         root = verilator_root()
         log = directory / "build.log"
         with open(log, "w") as out:
@@ -56,7 +52,7 @@ def build_driver(cfg):
                    "-CFLAGS", "-fPIC -O2",
                    *(f"-Wno-{rule}" for rule in VERILATOR_WAIVERS)], directory, out, log)
             _call(["g++", "-shared", "-fPIC", "-O2", "-std=c++17",
-                   "-I", ".", "-I", "obj", "-I", str(root / "include"), "-I", str(root / "include" / "vltstd"),
+                   "-I", "obj", "-I", str(root / "include"), "-I", str(root / "include" / "vltstd"),
                    str(DRIVER_SOURCE), "obj/libVtop.a", "obj/libverilated.a", "-pthread",
                    "-o", library.name], directory, out, log)
         stamp_file.write_text(stamp)
@@ -111,9 +107,8 @@ class VerilatorCoreBackend:
         """With ``activity``, each run's :attr:`~tpuer.tb.core_tb.CoreRun.activity` too
         (what the core did in each cycle, as its ports show it)."""
         from ..device import CycleBudgetError
-        from ..tb.core_tb import CoreRun, activity_ports, rest_cycles, rtl_activity
+        from ..tb.core_tb import CoreRun, rest_cycles, rtl_activity
         cfg = self.cfg
-        ports = [port.rsplit("__", 1)[1] for port in activity_ports(cfg)]
         lib = _library(cfg)
         core = lib.tpuer_core_new()
         status = np.zeros(8, np.int64)
@@ -131,8 +126,7 @@ class VerilatorCoreBackend:
                 bound = 100 * (len(rows_in) + 100) + sum(4 * i.count + 50 for i in step.program)
                 left = max_cycles - used
                 limit = min(bound, left + 2)
-                samples = (np.zeros((limit + 1, 6 + len(ports)), np.int64) if activity
-                           else None)
+                samples = np.zeros((limit + 1, 6), np.int64) if activity else None
                 taken = lib.tpuer_core_run(core, 0, rows_in.tobytes(), len(rows_in),
                                            cfg.ub_lanes, 4 * cfg.ub_lanes, rest_cycles(cfg),
                                            limit, status.ctypes.data,
@@ -149,8 +143,7 @@ class VerilatorCoreBackend:
                 seen = None
                 if activity:
                     samples = samples[:int(status[7])]
-                    seen = rtl_activity([(t, *row[:4], dict(zip(ports, row[6:].tolist())))
-                                         for t, row in enumerate(samples)],
+                    seen = rtl_activity([(t, *row[:4]) for t, row in enumerate(samples)],
                                         np.flatnonzero(samples[:, 4]).tolist(),
                                         np.flatnonzero(samples[:, 5]).tolist())
                 yield step, CoreRun(

@@ -10,12 +10,11 @@ import numpy as np
 from amaranth.lib import data
 
 from .. import isa
-from ..hw.core import CoreActivity
 from ..hw.matrix_unit import matrix_unit_latency
 from ..hw.sequencer import fetch_fill_cycles
-from ..isa import CoreState, DMAKind, ErrorCode, Instruction, Opcode
+from ..isa import CoreState, ErrorCode, Instruction, Opcode
 from ..sim.isa_model import CoreModel
-from ..sim.trace import Recorder, StallFacts, first_difference, stall_cause
+from ..sim.trace import Recorder, first_difference
 from .harness import StreamSink, StreamSource, TestbenchError, run_cycles
 from .packing import Codec
 
@@ -32,7 +31,7 @@ class CoreRun:
     mxu_busy_cycles: int = 0
     weight_stall_cycles: int = 0
     instructions: int = 0
-    #: what the RTL did in each cycle (:func:`rtl_activity`)
+    #: what the RTL did in each cycle, as far as its ports show (:func:`rtl_activity`)
     activity: dict = None
 
 
@@ -101,20 +100,14 @@ async def run_on_core(io, cfg, *, start=0, host_in=(), rng=None, in_idle=0.0, ou
     status = {"running": True}
     samples = []
 
-    ports = activity_ports(cfg)
-
-    def sample(io):
-        return (io.cycle, *(io.get(f"status__{name}") for name in ACTIVITY_COUNTERS),
-                {port.rsplit("__", 1)[1]: io.get(port) for port in ports})
-
     def watch(io):      # sampled when settled, so every simulator agrees on the cycle
         status["running"] = io.get("status__state") == CoreState.RUNNING.value
-        samples.append(sample(io))
+        samples.append((io.cycle, *(io.get(f"status__{name}") for name in ACTIVITY_COUNTERS)))
 
     await run_cycles(io, [source, sink], until=lambda: not status["running"],
                      max_cycles=max_cycles, on_cycle=watch)
     await io.settle()
-    samples.append(sample(io))
+    samples.append((io.cycle, *(io.get(f"status__{name}") for name in ACTIVITY_COUNTERS)))
     result = CoreRun(state=CoreState(io.get("status__state")), error=ErrorCode(io.get("status__error")),
                      error_pc=io.get("status__error_pc"), host_out=sink.items,
                      cycles=io.get("status__cycles"), mxu_busy_cycles=io.get("status__mxu_busy_cycles"),
@@ -129,52 +122,29 @@ async def run_on_core(io, cfg, *, start=0, host_in=(), rng=None, in_idle=0.0, ou
 ACTIVITY_COUNTERS = ("cycles", "mxu_busy_cycles", "weight_stall_cycles", "instructions")
 
 
-def activity_ports(cfg):
-    """The names of the core's ports of :class:`~tpuer.hw.core.CoreActivity`, in order."""
-    return tuple("__".join(("activity", *path))
-                 for path, member in CoreActivity(cfg).members.flatten() if member.is_port)
-
-
 def rtl_activity(samples, rows_in, rows_out):
-    """What the RTL did in each cycle of a run, the fields of
-    :class:`~tpuer.sim.trace.Activity` (but the instruction's index) as lists, a value
-    for every cycle the counters count. ``samples``: for every bench cycle and the end,
-    (bench cycle, the :data:`ACTIVITY_COUNTERS`, the values of :func:`activity_ports` by
-    their last names);
-    ``rows_in``, ``rows_out``: the bench cycles of the host streams' handshakes.
-
-    A counter shows an event the cycle after it, so whether a vector entered the matrix
-    unit, waited for its weight tile, or an instruction retired is each counter's step into
-    the next cycle; the ports tell of their own cycle (the one the cycle counter shows),
-    the Weight FIFO's level of the cycle before (a register); a stall's cause is
-    :func:`~tpuer.sim.trace.stall_cause` of what the ports show."""
+    """What the RTL did in each cycle of a run, as far as its ports show it: for every
+    cycle the counters count (``cycles`` of them), whether a vector entered the matrix
+    unit, a vector waited for its weight tile, an instruction retired (each counter's step
+    into the next cycle: a counter shows an event the cycle after it), a host row came in
+    and one went out (the streams' handshakes, in the cycle the counters show as under
+    way). ``samples``: (bench cycle, the :data:`ACTIVITY_COUNTERS`) of every cycle and of
+    the end; ``rows_in``, ``rows_out``: the bench cycles of the handshakes. The fields
+    are those of :class:`~tpuer.sim.trace.Activity`, as lists."""
+    count_at = {cycle: counters[0] for cycle, *counters in samples}
     first = {}
-    for _, *counters, ports in samples:
-        first.setdefault(counters[0], (counters, ports))
+    for _, *counters in samples:
+        first.setdefault(counters[0], counters)
     total = samples[-1][1]
-    fields = ("vector", "weight_stall", "retired")
-    activity = {name: [] for name in (*fields, "fifo_level", "weight_reader", "loading",
-                                      "committing", "activating", "cause")}
-    for cycle in range(total + 1):
-        if cycle not in first:
-            raise TestbenchError(f"the cycle counter skipped {cycle}")
-    for cycle in range(total):
-        (before, port), (after, port_after) = first[cycle], first[cycle + 1]
-        steps = dict(zip(fields, (after[k] - before[k] for k in (1, 2, 3))))
-        for name in fields:
-            activity[name].append(steps[name])
-        activity["fifo_level"].append(port_after["fifo_level"])
-        for name in ("weight_reader", "loading", "committing", "activating"):
-            activity[name].append(port[name])
-        activity["cause"].append(None if steps["vector"] else stall_cause(StallFacts(
-            fetching=bool(port["fetching"]), weight_stall=bool(steps["weight_stall"]),
-            held_back=bool(port["held_back"]), rows_in_flight=bool(port["rows_in_flight"]),
-            matmul_offered=bool(port["matmul_offered"]),
-            matmul_taken=bool(port["matmul_taken"]),
-            opcode=Opcode(port["opcode"]) if port["holding"] else None,
-            retired=bool(steps["retired"]),
-            transfer=DMAKind(port["transfer_kind"]) if port["transfer_busy"] else None)))
-    count_at = {cycle: counters[0] for cycle, *counters, _ in samples}
+    before = first.get(0, [0, 0, 0, 0])
+    activity = {"vector": [], "weight_stall": [], "retired": []}
+    for index in range(total):
+        after = first.get(index + 1)
+        if after is None:
+            raise TestbenchError(f"the cycle counter skipped {index + 1}")
+        for position, name in enumerate(("vector", "weight_stall", "retired"), start=1):
+            activity[name].append(after[position] - before[position])
+        before = after
     for name, cycles in (("host_in", rows_in), ("host_out", rows_out)):
         activity[name] = [0] * total
         for cycle in cycles:

@@ -220,47 +220,6 @@ def test_core_bench_compares_traces_with_a_mutated_rtl(monkeypatch):
         run_core_bench()
 
 
-def _late_activity(block, part, output, field):
-    """``block``'s elaborate with its activity port ``field`` driven a cycle late (the
-    source: ``output`` of submodule ``part``)."""
-    from amaranth.hdl import Signal
-    original = block.elaborate
-
-    def elaborate(self, platform):
-        m = original(self, platform)
-        late = Signal()
-        source = getattr(getattr(m.submodules, part), output)
-        m.d.sync += late.eq(source)
-        port = self
-        for name in field.split("."):
-            port = getattr(port, name)
-        m.d.comb += port.eq(late)
-        return m
-    return elaborate
-
-
-@pytest.mark.parametrize("block, part, output, field, shown", [
-    ("datapath", "mxu", "loading", "activity.loading", "loading"),
-    ("datapath", "acc", "committing", "activity.committing", "committing"),
-    ("datapath", "feed", "busy", "activity.rows_in_flight", "cause"),
-    ("core", "weight_reader", "busy", "activity.weight_reader", "weight_reader"),
-    ("core", "sequencer", "activate_busy", "activity.activating", "activating"),
-])
-def test_core_bench_compares_each_unit_with_a_mutated_rtl(monkeypatch, block, part, output,
-                                                         field, shown):
-    """An RTL whose activity port of one unit (the weight loader, the accumulators, the
-    matrix unit's feed, the weight reader, the activation unit) tells of its cycle a cycle
-    late, its counters and results unchanged, fails the core bench on that unit's track
-    (the feed's on the stall causes)."""
-    from tpuer.hw.core import Core
-    from tpuer.hw.datapath import Datapath
-    from tpuer.tb.harness import TestbenchError
-    cls = {"datapath": Datapath, "core": Core}[block]
-    monkeypatch.setattr(cls, "elaborate", _late_activity(cls, part, output, field))
-    with pytest.raises(TestbenchError, match=f"trace's {shown} differs"):
-        run_core_bench()
-
-
 def test_core_bench_compares_traces_with_a_mutated_cycle_model(monkeypatch):
     """A cycle model that tells of each host row a cycle late (its counters unchanged)
     fails the core bench."""

@@ -157,7 +157,7 @@ class Device:
     was idle, the programs and the model's layers or operators around them
     (``device.trace.save("call.json")`` writes a file Perfetto's UI opens; see
     ``docs/profiling.md``). The cycle model records it; on an RTL back end, what the RTL
-    did in every cycle, on every track, must equal the trace
+    did in every cycle, as far as its ports and counters show it, must equal the trace
     (else :class:`~tpuer.sim.core_backends.TraceMismatch`); on a board (``serial``), its
     counters, and the trace has the link's frames and retries of each program.
     """
