@@ -116,6 +116,16 @@ def test_a_string_without_its_zero_byte_is_refused():
         from_tflite(bytes(data))
 
 
+def test_a_signature_without_its_key_is_refused():
+    """Found by fuzzing: byte 68 of float_io.tflite moves its SignatureDef's key out of the
+    table's vtable; LiteRT refuses the file ("Missing exported method name"), so does
+    tpuer."""
+    data = bytearray((MODELS / "float_io.tflite").read_bytes())
+    data[68] = 114
+    with pytest.raises(TFLiteError, match="signature 0 has no key"):
+        from_tflite(bytes(data))
+
+
 def test_a_wrapping_accumulator_requantises_as_the_kernel():
     """FULLY_CONNECTED's bias near -2**31: the kernel's int32 accumulator wraps, and so must
     tpuer's host requantisation (it answered -128 where LiteRT answers 127)."""

@@ -1117,6 +1117,10 @@ def _parse(tflite, model):
     if model.Version() != SCHEMA_VERSION:
         raise TFLiteError(f"the model's schema version is {model.Version()}; TFLite "
                           f"interpreters read version {SCHEMA_VERSION}")
+    for k in range(model.SignatureDefsLength()):
+        if model.SignatureDefs(k).SignatureKey() is None:
+            raise TFLiteError(f"signature {k} has no key (LiteRT refuses a signature without "
+                              f"its exported method's name)")
     if model.SubgraphsLength() != 1:
         raise TFLiteError(f"the model has {model.SubgraphsLength()} subgraphs; tpuer runs "
                           f"models with one")
