@@ -911,7 +911,7 @@ def from_tflite(source):
     if not any(int(outputs[0]) in op[3] for op in operations):
         raise TFLiteError(f"the model's output, tensor {int(outputs[0])}, is computed by no "
                           f"operator")
-    needed = _needed(operations, outputs[0], inputs[0], tensors)
+    needed = _needed(operations, outputs[0])
     produced = {out for op in operations for out in op[3]}
     for index, name, op_inputs, _, _ in operations:
         for i in op_inputs:
@@ -1184,10 +1184,9 @@ def _builtin_code(code):
     return max(raw, code.DeprecatedBuiltinCode())
 
 
-def _needed(operations, output, model_input, tensors):
+def _needed(operations, output):
     """The operators the output depends on, in file order; RESHAPE's shape input is not
-    followed (tpuer reshapes to the output tensor's shape). Raises :class:`TFLiteError`
-    for an unsupported operator among them."""
+    followed (tpuer reshapes to the output tensor's shape)."""
     producer = {out: op for op in operations for out in op[3]}
     wanted, needed = [output], set()
     while wanted:
@@ -1199,18 +1198,7 @@ def _needed(operations, output, model_input, tensors):
         index, name, inputs, _, _ = op
         followed = inputs[:1] if name == "RESHAPE" else inputs
         wanted += [i for i in followed if i >= 0]
-    chosen = [op for op in operations if op[0] in needed]
-    for index, name, inputs, outputs, _ in chosen:
-        if name not in SUPPORTED_OPERATORS:
-            raise TFLiteError(f"operator {index} ({name}) is not supported; tpuer runs "
-                              f"{', '.join(sorted(SUPPORTED_OPERATORS))}")
-    for index, name, inputs, outputs, _ in chosen:
-        for i in inputs:
-            if i >= 0 and i != model_input and i not in producer and tensors[i].data is None \
-                    and not (name == "RESHAPE" and i == inputs[1]):
-                raise TFLiteError(f"operator {index} ({name}) reads tensor "
-                                  f"{tensors[i].name!r}, which nothing computes")
-    return chosen
+    return [op for op in operations if op[0] in needed]
 
 
 def litert_output(path, x, *, tensors=()):
